@@ -1,0 +1,41 @@
+// swift-tools-version: 6.0
+//
+// Cairn: an embedded storage engine for Swift.
+//
+// The library links only liblz4 (node compression) and libxxhash (checksums),
+// both from Debian packages through system-library targets. The benchmark
+// harness, which also links SQLite and LMDB, is its own package in Benchmarks/.
+
+import PackageDescription
+
+let package = Package(
+  name: "Cairn",
+  products: [
+    .library(name: "Engine", targets: ["Engine"]),
+    .library(name: "Repo", targets: ["Repo"]),
+    .executable(name: "enginectl", targets: ["enginectl"]),
+  ],
+  targets: [
+    .systemLibrary(
+      name: "CLZ4",
+      path: "Sources/CLZ4",
+      providers: [.apt(["liblz4-dev"])]
+    ),
+    .systemLibrary(
+      name: "CXXHash",
+      path: "Sources/CXXHash",
+      providers: [.apt(["libxxhash-dev"])]
+    ),
+    .target(name: "Engine", dependencies: ["CLZ4", "CXXHash"]),
+    .target(name: "Repo", dependencies: ["Engine"]),
+    .executableTarget(name: "enginectl", dependencies: ["Engine"]),
+    // `make demo`: the README quick start, compiled and run as is.
+    .executableTarget(name: "cairn-demo", dependencies: ["Engine"]),
+    // Child process for the crash tests: commits numbered transactions and
+    // reports each one on stdout until it is killed.
+    .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine"]),
+    .testTarget(name: "EngineTests", dependencies: ["Engine"]),
+    .testTarget(name: "RepoTests", dependencies: ["Repo"]),
+  ],
+  swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,238 @@
+/// Walks a keyspace in key order, forward and backward, within a range.
+///
+/// A cursor sits *between* entries. ``next()`` returns the entry after its
+/// position and moves past it; ``previous()`` returns the entry before and
+/// moves back. It starts before the first entry of its range. Every entry
+/// comes from the one snapshot the cursor was made from: commits made while
+/// it is open are never seen, however long it lives.
+///
+/// Memory held is one root-to-leaf path of nodes (plus what a batch
+/// returns), not the result: a cursor over ten million keys costs the same
+/// as one over ten.
+///
+/// A cursor is not thread-safe; use one per thread.
+public final class Cursor {
+  private let tree: TreeRoot
+  private let ctx: TreeContext
+  /// The range this cursor is confined to.
+  public let range: KeyRange
+  private let isOpen: () -> Bool
+
+  /// Branches from the root down, and the child index taken in each.
+  private var path: [(branch: BranchNode, index: Int)] = []
+  private var leaf: LeafNode?
+  /// Gap index in `leaf`: entries before it are behind the cursor.
+  private var index = 0
+
+  init(tree: TreeRoot, context: TreeContext, range: KeyRange, isOpen: @escaping () -> Bool) throws {
+    self.tree = tree
+    self.ctx = context
+    self.range = range
+    self.isOpen = isOpen
+    try seekToFirst()
+  }
+
+  private func checkOpen() throws {
+    guard isOpen() else { throw EngineError(.closed, "the cursor's database or transaction is closed") }
+  }
+
+  // MARK: Positioning
+
+  /// Moves before the first entry of the range.
+  public func seekToFirst() throws {
+    if let lower = range.lower { try descend(to: lower) } else { try descendToEdge(first: true) }
+  }
+
+  /// Moves after the last entry of the range.
+  public func seekToLast() throws {
+    if let upper = range.upper { try descend(to: upper) } else { try descendToEdge(first: false) }
+  }
+
+  /// Moves before the first entry whose key is >= `key` (clamped to the range).
+  public func seek(to key: [UInt8]) throws {
+    if let lower = range.lower, compareBytes(key, lower) < 0 { return try descend(to: lower) }
+    if let upper = range.upper, compareBytes(key, upper) > 0 { return try descend(to: upper) }
+    try descend(to: key)
+  }
+
+  /// Moves before the entry that is `offset` entries past the start of the
+  /// range (after the last one if there are fewer). Costs O(height), using
+  /// the subtree counts of branch nodes.
+  public func seek(toOffset offset: UInt64) throws {
+    try checkOpen()
+    let base = try range.lower.map { try tree.rank(of: $0, ctx) } ?? 0
+    let end = try range.upper.map { try tree.rank(of: $0, ctx) } ?? tree.count
+    let target = Swift.min(base + offset, Swift.max(base, end))
+    try descend(toRank: target)
+  }
+
+  private func descend(to key: [UInt8]) throws {
+    try checkOpen()
+    path.removeAll(keepingCapacity: true)
+    leaf = nil
+    index = 0
+    guard let root = tree.root else { return }
+    var node = try ctx.resolve(root, level: tree.height - 1)
+    while true {
+      switch node {
+      case .leaf(let l):
+        leaf = l
+        index = l.find(key).index
+        return
+      case .branch(let b):
+        let i = b.childIndex(for: key)
+        path.append((b, i))
+        node = try ctx.resolve(b.children[i], level: b.level - 1)
+      }
+    }
+  }
+
+  private func descendToEdge(first: Bool) throws {
+    try checkOpen()
+    path.removeAll(keepingCapacity: true)
+    leaf = nil
+    index = 0
+    guard let root = tree.root else { return }
+    try descendEdge(from: try ctx.resolve(root, level: tree.height - 1), first: first)
+  }
+
+  private func descendEdge(from start: Node, first: Bool) throws {
+    var node = start
+    while true {
+      switch node {
+      case .leaf(let l):
+        leaf = l
+        index = first ? 0 : l.count
+        return
+      case .branch(let b):
+        let i = first ? 0 : b.childCount - 1
+        path.append((b, i))
+        node = try ctx.resolve(b.children[i], level: b.level - 1)
+      }
+    }
+  }
+
+  private func descend(toRank rank: UInt64) throws {
+    path.removeAll(keepingCapacity: true)
+    leaf = nil
+    index = 0
+    guard let root = tree.root else { return }
+    guard rank < tree.count else { return try descendToEdge(first: false) }
+    var remaining = rank
+    var node = try ctx.resolve(root, level: tree.height - 1)
+    while true {
+      switch node {
+      case .leaf(let l):
+        leaf = l
+        index = Int(Swift.min(remaining, UInt64(l.count)))
+        return
+      case .branch(let b):
+        var i = 0
+        while i < b.childCount - 1 && remaining >= b.counts[i] {
+          remaining -= b.counts[i]
+          i += 1
+        }
+        path.append((b, i))
+        node = try ctx.resolve(b.children[i], level: b.level - 1)
+      }
+    }
+  }
+
+  // MARK: Stepping
+
+  /// The entry after the cursor, moving past it; nil at the end of the range.
+  public func next() throws -> Entry? {
+    try checkOpen()
+    while let l = leaf {
+      if index < l.count {
+        let key = l.key(at: index)
+        if let upper = range.upper, compareBytes(key, upper) >= 0 { return nil }
+        let value = try l.value(at: index, store: ctx.store)
+        index += 1
+        return Entry(key: key, value: value)
+      }
+      guard try stepLeaf(forward: true) else { return nil }
+    }
+    return nil
+  }
+
+  /// The entry before the cursor, moving back over it; nil at the start of the range.
+  public func previous() throws -> Entry? {
+    try checkOpen()
+    while let l = leaf {
+      if index > 0 {
+        let key = l.key(at: index - 1)
+        if let lower = range.lower, compareBytes(key, lower) < 0 { return nil }
+        let value = try l.value(at: index - 1, store: ctx.store)
+        index -= 1
+        return Entry(key: key, value: value)
+      }
+      guard try stepLeaf(forward: false) else { return nil }
+    }
+    return nil
+  }
+
+  /// Up to `maxCount` entries after the cursor, moving past them. An empty
+  /// array means the end of the range.
+  public func next(batch maxCount: Int) throws -> [Entry] {
+    precondition(maxCount > 0, "batch size must be positive")
+    var batch: [Entry] = []
+    batch.reserveCapacity(Swift.min(maxCount, 1024))
+    while batch.count < maxCount, let entry = try next() { batch.append(entry) }
+    return batch
+  }
+
+  /// The key after the cursor without moving, or nil at the end.
+  public func peekKey() throws -> [UInt8]? {
+    guard let entry = try next() else { return nil }
+    _ = try previous()
+    return entry.key
+  }
+
+  /// Moves to the neighbouring leaf. Returns false at the tree's edge.
+  private func stepLeaf(forward: Bool) throws -> Bool {
+    // Climb until a branch has a neighbouring child in that direction.
+    while let (b, i) = path.last {
+      let j = forward ? i + 1 : i - 1
+      if j >= 0 && j < b.childCount {
+        path[path.count - 1].index = j
+        let child = try ctx.resolve(b.children[j], level: b.level - 1)
+        try descendEdge(from: child, first: forward)
+        return true
+      }
+      path.removeLast()
+    }
+    // At the edge: stay where we were (end or start of the last leaf).
+    path.removeAll()
+    try descendToEdge(first: !forward)
+    return false
+  }
+}
+
+extension TreeRoot {
+  /// How many keys are < `key`. O(height × fanout), no leaf entries visited
+  /// except in one leaf.
+  func rank(of key: [UInt8], _ ctx: TreeContext) throws -> UInt64 {
+    guard let root else { return 0 }
+    var rank: UInt64 = 0
+    var node = try ctx.resolve(root, level: height - 1)
+    while true {
+      switch node {
+      case .leaf(let l):
+        return rank + UInt64(l.find(key).index)
+      case .branch(let b):
+        let i = b.childIndex(for: key)
+        for c in 0..<i { rank += b.counts[c] }
+        node = try ctx.resolve(b.children[i], level: b.level - 1)
+      }
+    }
+  }
+
+  /// How many keys lie in `range`.
+  func count(in range: KeyRange, _ ctx: TreeContext) throws -> UInt64 {
+    if range.isEmpty { return 0 }
+    let hi = try range.upper.map { try rank(of: $0, ctx) } ?? count
+    let lo = try range.lower.map { try rank(of: $0, ctx) } ?? 0
+    return hi > lo ? hi - lo : 0
+  }
+}

@@ -1,0 +1,301 @@
+/// How a leaf entry's value is held.
+enum ValueKind: UInt8 {
+  /// The value's bytes are in the leaf. On disk: FORMAT.md §2.2 kind 0.
+  case inline = 0
+  /// The value is its own large-value block; the leaf holds a 12-byte
+  /// reference (offset u64, block length u32). On disk: kind 1.
+  case large = 1
+  /// A large value not yet written to the data file (memory only).
+  case pending = 2
+}
+
+/// One entry of a leaf: where its key and value are.
+struct LeafSlot {
+  var keyStart: UInt32
+  var keyLength: UInt16
+  var kind: ValueKind
+  /// `.inline`: offset of the bytes in the buffer; `.large`: offset of the
+  /// 12-byte reference in the buffer; `.pending`: index in `pending`.
+  var valueStart: UInt32
+  /// The value's logical length in bytes.
+  var valueLength: UInt32
+
+  /// Bytes this entry takes in the leaf's encoding (FORMAT.md §2.2).
+  var encodedSize: Int {
+    LeafLayout.entrySize + Int(keyLength) + (kind == .inline ? Int(valueLength) : LeafLayout.largeRefSize)
+  }
+}
+
+/// A leaf node: sorted entries whose key and value bytes sit in one buffer.
+///
+/// One buffer and one slot array per node instead of two arrays per entry:
+/// decoding a leaf from disk allocates twice, not a hundred times, and a
+/// leaf in the cache costs about its encoded size. Writes append to the
+/// buffer; the dead bytes they leave are dropped when the node is copied or
+/// the garbage passes half the buffer.
+final class LeafNode: @unchecked Sendable {
+  let owner: UInt64
+  private(set) var buffer: [UInt8]
+  private(set) var slots: [LeafSlot]
+  private(set) var pending: [[UInt8]]
+  private(set) var encodedSize: Int
+  private var deadBytes: Int
+
+  init(owner: UInt64) {
+    self.owner = owner
+    buffer = []
+    slots = []
+    pending = []
+    encodedSize = LeafLayout.header
+    deadBytes = 0
+  }
+
+  /// A decoded leaf over `buffer` (which the slots point into).
+  init(owner: UInt64, buffer: [UInt8], slots: [LeafSlot], encodedSize: Int) {
+    self.owner = owner
+    self.buffer = buffer
+    self.slots = slots
+    self.pending = []
+    self.encodedSize = encodedSize
+    self.deadBytes = 0
+  }
+
+  var count: Int { slots.count }
+  var bufferCount: Int { buffer.count + pending.reduce(0) { $0 + $1.count } }
+  var isEmpty: Bool { slots.isEmpty }
+
+  // MARK: Reading
+
+  func key(at i: Int) -> [UInt8] {
+    let s = slots[i]
+    let start = Int(s.keyStart)
+    return Array(buffer[start..<start + Int(s.keyLength)])
+  }
+
+  @inline(__always)
+  func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    let s = slots[i]
+    return try buffer.withUnsafeBytes { raw in
+      // Safe: slot bounds were checked when decoded or set when appended.
+      try body(UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)]))
+    }
+  }
+
+  /// Compares the key at `i` with `key`.
+  @inline(__always)
+  func compareKey(at i: Int, with key: UnsafeRawBufferPointer) -> Int {
+    withKey(at: i) { compareBytes($0, key) }
+  }
+
+  /// The first index whose key is >= `key`, and whether it is equal.
+  func find(_ key: [UInt8]) -> (index: Int, found: Bool) {
+    key.withUnsafeBytes { k in find(k) }
+  }
+
+  func find(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
+    buffer.withUnsafeBytes { raw in
+      var lo = 0
+      var hi = slots.count
+      while lo < hi {
+        let mid = (lo + hi) >> 1
+        let s = slots[mid]
+        let k = UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)])
+        if compareBytes(k, key) < 0 { lo = mid + 1 } else { hi = mid }
+      }
+      if lo < slots.count {
+        let s = slots[lo]
+        let k = UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)])
+        return (lo, compareBytes(k, key) == 0)
+      }
+      return (lo, false)
+    }
+  }
+
+  /// The value at `i`, reading a large value through `store` when needed.
+  func value(at i: Int, store: NodeStore?) throws -> [UInt8] {
+    let s = slots[i]
+    switch s.kind {
+    case .inline:
+      let start = Int(s.valueStart)
+      return Array(buffer[start..<start + Int(s.valueLength)])
+    case .pending:
+      return pending[Int(s.valueStart)]
+    case .large:
+      guard let store else { throw EngineError(.closed, "no data file to read a large value from") }
+      return try store.largeValue(largeRef(at: i), length: Int(s.valueLength))
+    }
+  }
+
+  /// The on-disk reference of a `.large` entry.
+  func largeRef(at i: Int) -> DiskRef {
+    let start = Int(slots[i].valueStart)
+    return DiskRef(
+      offset: BlockOffset(buffer.unsafeLoad(UInt64.self, at: start)),
+      length: buffer.unsafeLoad(UInt32.self, at: start + 8),
+      subtreeBytes: UInt64(buffer.unsafeLoad(UInt32.self, at: start + 8)))
+  }
+
+  /// Bytes of the large-value blocks this leaf references on disk.
+  var largeValueBytes: UInt64 {
+    var total: UInt64 = 0
+    for i in slots.indices where slots[i].kind == .large { total += UInt64(largeRef(at: i).length) }
+    return total
+  }
+
+  // MARK: Writing (owner only)
+
+  private func appendKey(_ key: [UInt8]) -> UInt32 {
+    let start = UInt32(buffer.count)
+    buffer.append(contentsOf: key)
+    return start
+  }
+
+  private func makeValue(_ value: LeafValue) -> (ValueKind, UInt32, UInt32) {
+    switch value {
+    case .inline(let bytes):
+      let start = UInt32(buffer.count)
+      buffer.append(contentsOf: bytes)
+      return (.inline, start, UInt32(bytes.count))
+    case .pending(let bytes):
+      pending.append(bytes)
+      return (.pending, UInt32(pending.count - 1), UInt32(bytes.count))
+    case .large(let ref, let length):
+      let start = UInt32(buffer.count)
+      withUnsafeBytes(of: ref.offset.rawValue.littleEndian) { buffer.append(contentsOf: $0) }
+      withUnsafeBytes(of: ref.length.littleEndian) { buffer.append(contentsOf: $0) }
+      return (.large, start, length)
+    }
+  }
+
+  private func release(_ s: LeafSlot) {
+    deadBytes += Int(s.keyLength)
+    switch s.kind {
+    case .inline: deadBytes += Int(s.valueLength)
+    case .large: deadBytes += LeafLayout.largeRefSize
+    case .pending: pending[Int(s.valueStart)] = []
+    }
+  }
+
+  func insert(_ key: [UInt8], _ value: LeafValue, at i: Int) {
+    let keyStart = appendKey(key)
+    let (kind, start, length) = makeValue(value)
+    let slot = LeafSlot(
+      keyStart: keyStart, keyLength: UInt16(key.count), kind: kind, valueStart: start, valueLength: length)
+    slots.insert(slot, at: i)
+    encodedSize += slot.encodedSize
+  }
+
+  func setValue(_ value: LeafValue, at i: Int) {
+    var s = slots[i]
+    encodedSize -= s.encodedSize
+    switch s.kind {
+    case .inline: deadBytes += Int(s.valueLength)
+    case .large: deadBytes += LeafLayout.largeRefSize
+    case .pending: pending[Int(s.valueStart)] = []
+    }
+    (s.kind, s.valueStart, s.valueLength) = makeValue(value)
+    slots[i] = s
+    encodedSize += s.encodedSize
+    compactIfWasteful()
+  }
+
+  func remove(_ range: Range<Int>) {
+    guard !range.isEmpty else { return }
+    for i in range {
+      release(slots[i])
+      encodedSize -= slots[i].encodedSize
+    }
+    slots.removeSubrange(range)
+    compactIfWasteful()
+  }
+
+  /// Moves entries `[from...]` of `self` into a new leaf, which is returned.
+  func splitOff(from index: Int, owner: UInt64) -> LeafNode {
+    let right = LeafNode(owner: owner)
+    right.appendEntries(of: self, range: index..<slots.count)
+    remove(index..<slots.count)
+    return right
+  }
+
+  /// Appends entries of `other` (whose keys are all greater than ours),
+  /// copying bytes slice by slice: no allocation per entry.
+  func appendEntries(of other: LeafNode, range: Range<Int>) {
+    slots.reserveCapacity(slots.count + range.count)
+    for i in range {
+      let s = other.slots[i]
+      var n = s
+      let keyStart = Int(s.keyStart)
+      n.keyStart = UInt32(buffer.count)
+      switch s.kind {
+      case .inline:
+        let valueStart = Int(s.valueStart)
+        if valueStart == keyStart + Int(s.keyLength) {
+          buffer.append(contentsOf: other.buffer[keyStart..<valueStart + Int(s.valueLength)])
+        } else {
+          buffer.append(contentsOf: other.buffer[keyStart..<keyStart + Int(s.keyLength)])
+          buffer.append(contentsOf: other.buffer[valueStart..<valueStart + Int(s.valueLength)])
+        }
+        n.valueStart = n.keyStart + UInt32(s.keyLength)
+      case .large:
+        buffer.append(contentsOf: other.buffer[keyStart..<keyStart + Int(s.keyLength)])
+        n.valueStart = UInt32(buffer.count)
+        let refStart = Int(s.valueStart)
+        buffer.append(contentsOf: other.buffer[refStart..<refStart + LeafLayout.largeRefSize])
+      case .pending:
+        buffer.append(contentsOf: other.buffer[keyStart..<keyStart + Int(s.keyLength)])
+        pending.append(other.pending[Int(s.valueStart)])
+        n.valueStart = UInt32(pending.count - 1)
+      }
+      slots.append(n)
+      encodedSize += n.encodedSize
+    }
+  }
+
+  /// A copy owned by `owner`. It shares the arrays until either side
+  /// changes them (Swift's copy-on-write then copies each in one piece).
+  func copy(owner: UInt64) -> LeafNode {
+    let c = LeafNode(owner: owner, buffer: buffer, slots: slots, encodedSize: encodedSize)
+    c.pending = pending
+    c.deadBytes = deadBytes
+    c.compactIfWasteful()
+    return c
+  }
+
+  /// A copy owned by `owner` with no dead bytes.
+  func compacted(owner: UInt64) -> LeafNode {
+    let c = LeafNode(owner: owner)
+    c.buffer.reserveCapacity(buffer.count - deadBytes)
+    c.appendEntries(of: self, range: 0..<slots.count)
+    return c
+  }
+
+  /// The byte index at which to split so both halves hold about half the encoding.
+  func splitIndex() -> Int {
+    let half = encodedSize / 2
+    var acc = LeafLayout.header
+    for i in slots.indices {
+      acc += slots[i].encodedSize
+      if acc >= half { return Swift.max(1, Swift.min(i + 1, slots.count - 1)) }
+    }
+    return Swift.max(1, slots.count - 1)
+  }
+
+  private func compactIfWasteful() {
+    guard deadBytes > 1024 && deadBytes * 2 > buffer.count else { return }
+    let fresh = compacted(owner: owner)
+    buffer = fresh.buffer
+    slots = fresh.slots
+    pending = fresh.pending
+    deadBytes = 0
+  }
+}
+
+/// A value as handed to a leaf.
+enum LeafValue {
+  /// Stored in the leaf.
+  case inline([UInt8])
+  /// Longer than the inline threshold and not yet written.
+  case pending([UInt8])
+  /// Already a large-value block on disk.
+  case large(DiskRef, length: UInt32)
+}

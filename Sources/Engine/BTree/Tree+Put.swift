@@ -1,0 +1,63 @@
+/// Insertion with copy-on-write and splits.
+extension TreeRoot {
+  /// Stores `value` under `key`. Returns true if the key was new.
+  @discardableResult
+  mutating func put(_ key: [UInt8], _ value: LeafValue, _ ctx: TreeContext) throws -> Bool {
+    guard let root else {
+      let leaf = LeafNode(owner: ctx.owner)
+      leaf.insert(key, value, at: 0)
+      self.root = .memory(.leaf(leaf))
+      count = 1
+      height = 1
+      return true
+    }
+    let node = try ctx.resolve(root, level: height - 1)
+    let result = try Self.put(key, value, into: node, ctx)
+    if let (separator, right) = result.split {
+      let branch = BranchNode(
+        owner: ctx.owner, level: height, keys: [separator],
+        children: [.memory(result.node), .memory(right)],
+        counts: [result.node.keyCount, right.keyCount])
+      self.root = .memory(.branch(branch))
+      height += 1
+    } else {
+      self.root = .memory(result.node)
+    }
+    if result.inserted { count += 1 }
+    return result.inserted
+  }
+
+  private static func put(_ key: [UInt8], _ value: LeafValue, into node: Node, _ ctx: TreeContext) throws -> (
+    node: Node, split: ([UInt8], Node)?, inserted: Bool
+  ) {
+    switch node {
+    case .leaf(let leaf):
+      let w = ctx.writable(leaf)
+      let (i, found) = w.find(key)
+      if found { w.setValue(value, at: i) } else { w.insert(key, value, at: i) }
+      if w.encodedSize > ctx.nodeSize && w.count > 1 {
+        let right = w.splitOff(from: w.splitIndex(), owner: ctx.owner)
+        let separator = shortestSeparator(after: w.key(at: w.count - 1), upTo: right.key(at: 0))
+        return (.leaf(w), (separator, .leaf(right)), !found)
+      }
+      return (.leaf(w), nil, !found)
+
+    case .branch(let branch):
+      let i = branch.childIndex(for: key)
+      let child = try ctx.resolve(branch.children[i], level: branch.level - 1)
+      let result = try put(key, value, into: child, ctx)
+      let w = ctx.writable(branch)
+      if let (separator, right) = result.split {
+        w.setChild(i, .memory(result.node), count: result.node.keyCount)
+        w.insertChild(after: i, separator: separator, .memory(right), count: right.keyCount)
+      } else {
+        w.setChild(i, .memory(result.node), count: w.counts[i] + (result.inserted ? 1 : 0))
+      }
+      if w.encodedSize > ctx.nodeSize && w.childCount > 2 {
+        let (separator, right) = w.splitOff(from: w.splitIndex(), owner: ctx.owner)
+        return (.branch(w), (separator, .branch(right)), result.inserted)
+      }
+      return (.branch(w), nil, result.inserted)
+    }
+  }
+}

@@ -1,0 +1,85 @@
+/// One keyspace's B+tree as a version of the store sees it.
+struct TreeRoot: @unchecked Sendable {
+  /// The root node, or nil when the keyspace is empty.
+  var root: NodeRef?
+  /// Keys in the tree.
+  var count: UInt64
+  /// Levels: 0 when empty, 1 when the root is a leaf.
+  var height: Int
+
+  static let empty = TreeRoot(root: nil, count: 0, height: 0)
+}
+
+/// What tree walks need: where disk nodes come from, and for writers, which
+/// generation may change nodes in place and how big nodes grow.
+struct TreeContext {
+  let store: NodeStore
+  /// The running writer's generation (0 for readers, which never write).
+  let owner: UInt64
+  let nodeSize: Int
+  let largeValueThreshold: Int
+
+  init(store: NodeStore, owner: UInt64 = 0, nodeSize: Int = 4096, largeValueThreshold: Int = 1024) {
+    self.store = store
+    self.owner = owner
+    self.nodeSize = nodeSize
+    self.largeValueThreshold = largeValueThreshold
+  }
+
+  /// The node a reference points at, reading it through the cache if needed.
+  @inline(__always)
+  func resolve(_ ref: NodeRef) throws -> Node {
+    switch ref {
+    case .memory(let node): return node
+    case .disk(let disk): return try store.node(disk)
+    }
+  }
+
+  /// Resolves `ref` and checks it is at `level`, as its parent says it must be.
+  func resolve(_ ref: NodeRef, level: Int) throws -> Node {
+    let node = try resolve(ref)
+    guard node.level == level else {
+      var offset: UInt64?
+      if case .disk(let d) = ref { offset = d.offset.rawValue }
+      throw EngineError(
+        .corrupted, "node is at level \(node.level) where its parent expects level \(level)",
+        path: store.path, offset: offset)
+    }
+    return node
+  }
+
+  func writable(_ leaf: LeafNode) -> LeafNode { leaf.owner == owner ? leaf : leaf.copy(owner: owner) }
+  func writable(_ branch: BranchNode) -> BranchNode { branch.owner == owner ? branch : branch.copy(owner: owner) }
+
+  /// Makes the value form a leaf stores: inline, or pending as a large value.
+  func leafValue(_ value: [UInt8]) -> LeafValue {
+    value.count > largeValueThreshold ? .pending(value) : .inline(value)
+  }
+}
+
+extension TreeRoot {
+  /// The value stored under `key`, or nil.
+  func get(_ key: [UInt8], _ ctx: TreeContext) throws -> [UInt8]? {
+    guard let root else { return nil }
+    return try key.withUnsafeBytes { k -> [UInt8]? in
+      var node = try ctx.resolve(root, level: height - 1)
+      while true {
+        switch node {
+        case .leaf(let leaf):
+          let (i, found) = leaf.find(k)
+          return found ? try leaf.value(at: i, store: ctx.store) : nil
+        case .branch(let branch):
+          node = try ctx.resolve(branch.children[branch.childIndex(for: k)], level: branch.level - 1)
+        }
+      }
+    }
+  }
+
+  /// Collapses a root branch with one child, repeatedly.
+  mutating func collapseRoot(_ ctx: TreeContext) throws {
+    while height > 1, let ref = root, case .branch(let b) = try ctx.resolve(ref), b.childCount == 1 {
+      root = b.children[0]
+      height -= 1
+    }
+  }
+}

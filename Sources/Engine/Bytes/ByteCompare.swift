@@ -1,0 +1,51 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// Lexicographic order of unsigned bytes, shorter first on a common prefix:
+/// the order of every keyspace.
+@inline(__always)
+func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+  let n = Swift.min(a.count, b.count)
+  if n > 0 {
+    let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+    if c != 0 { return Int(c) }
+  }
+  return a.count - b.count
+}
+
+/// ``compareBytes(_:_:)`` over two arrays.
+@inline(__always)
+func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
+  a.withUnsafeBytes { ra in b.withUnsafeBytes { rb in compareBytes(ra, rb) } }
+}
+
+/// The shortest byte string `s` with `a < s <= b`. Requires `a < b`.
+///
+/// Used as the separator when a leaf splits: branch nodes then hold a few
+/// bytes per child instead of whole keys.
+func shortestSeparator(after a: [UInt8], upTo b: [UInt8]) -> [UInt8] {
+  var i = 0
+  let n = Swift.min(a.count, b.count)
+  while i < n && a[i] == b[i] { i += 1 }
+  // b is longer than the common prefix (a < b), so b[0...i] exists.
+  return Array(b[0...i])
+}
+
+/// The smallest key greater than every key that starts with `prefix`, or nil
+/// when there is none (the prefix is empty or all 0xFF).
+func prefixSuccessor(_ prefix: [UInt8]) -> [UInt8]? {
+  var p = prefix
+  while let last = p.last {
+    if last < 0xFF {
+      p[p.count - 1] = last + 1
+      return p
+    }
+    p.removeLast()
+  }
+  return nil
+}

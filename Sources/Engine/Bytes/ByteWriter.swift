@@ -1,0 +1,47 @@
+/// Appends fixed-width little-endian integers and raw bytes to a growing buffer.
+///
+/// Every integer on disk has a fixed width and byte order (FORMAT.md §0);
+/// this type is how the engine writes them. It never writes `Int`.
+struct ByteWriter {
+  var bytes: [UInt8]
+
+  init(capacity: Int = 0) {
+    bytes = []
+    bytes.reserveCapacity(capacity)
+  }
+
+  var count: Int { bytes.count }
+
+  @inline(__always) mutating func u8(_ v: UInt8) { bytes.append(v) }
+  @inline(__always) mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+  @inline(__always) mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+  @inline(__always) mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+
+  @inline(__always) mutating func append(_ v: [UInt8]) { bytes.append(contentsOf: v) }
+  @inline(__always) mutating func append(_ v: ArraySlice<UInt8>) { bytes.append(contentsOf: v) }
+  @inline(__always) mutating func append(_ v: UnsafeRawBufferPointer) { bytes.append(contentsOf: v) }
+
+  /// Appends `count` zero bytes.
+  mutating func zeros(_ count: Int) { bytes.append(contentsOf: repeatElement(0, count: count)) }
+
+  /// Overwrites a u32 written earlier (used to fill in lengths once known).
+  mutating func patchU32(_ v: UInt32, at offset: Int) {
+    precondition(offset + 4 <= bytes.count)
+    bytes.withUnsafeMutableBytes { $0.storeBytes(of: v.littleEndian, toByteOffset: offset, as: UInt32.self) }
+  }
+
+  /// Overwrites a u64 written earlier.
+  mutating func patchU64(_ v: UInt64, at offset: Int) {
+    precondition(offset + 8 <= bytes.count)
+    bytes.withUnsafeMutableBytes { $0.storeBytes(of: v.littleEndian, toByteOffset: offset, as: UInt64.self) }
+  }
+}
+
+extension Array where Element == UInt8 {
+  /// Reads a little-endian integer at `offset`. The caller has checked the bounds.
+  @inline(__always)
+  func unsafeLoad<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T {
+    // Safe: every caller checks offset + MemoryLayout<T>.size <= count first.
+    withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+  }
+}

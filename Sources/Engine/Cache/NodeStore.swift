@@ -1,0 +1,59 @@
+/// Reads nodes and large values from one data file, checking each block,
+/// through the node cache.
+final class NodeStore: @unchecked Sendable {
+  let file: any StorageFile
+  let path: String
+  let cache: NodeCache
+  let counters: Counters
+
+  init(file: any StorageFile, cache: NodeCache, counters: Counters) {
+    self.file = file
+    self.path = file.path
+    self.cache = cache
+    self.counters = counters
+  }
+
+  /// The node in the block `ref` points at.
+  ///
+  /// - Throws: ``EngineError/Code/corrupted`` (with this file and the block's
+  ///   offset) when the block is short, fails its checksum, is not a node, or
+  ///   does not decode; ``EngineError/Code/io`` when the read fails.
+  func node(_ ref: DiskRef) throws -> Node {
+    if let node = cache.get(ref.offset) {
+      counters.nodeCacheHits.add(1)
+      return node
+    }
+    counters.nodeCacheMisses.add(1)
+    let node = try readNode(ref)
+    cache.insert(ref.offset, node)
+    return node
+  }
+
+  /// Reads and decodes a node without the cache.
+  func readNode(_ ref: DiskRef) throws -> Node {
+    let offset = ref.offset.rawValue
+    let bytes = try file.read(at: offset, count: Int(ref.length))
+    counters.bytesRead.add(bytes.count)
+    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+    switch block.kind {
+    case .leaf: return .leaf(try NodeCodec.decodeLeaf(block.payload, owner: 0, path: path, offset: offset))
+    case .branch: return .branch(try NodeCodec.decodeBranch(block.payload, owner: 0, path: path, offset: offset))
+    case .largeValue, .commit:
+      throw EngineError(.corrupted, "expected a node, found a \(block.kind) block", path: path, offset: offset)
+    }
+  }
+
+  /// The bytes of a large value.
+  func largeValue(_ ref: DiskRef, length: Int) throws -> [UInt8] {
+    let offset = ref.offset.rawValue
+    let bytes = try file.read(at: offset, count: Int(ref.length))
+    counters.bytesRead.add(bytes.count)
+    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+    guard block.kind == .largeValue, block.payload.count == length else {
+      throw EngineError(
+        .corrupted, "expected a large value of \(length) bytes, found a \(block.kind) block of \(block.payload.count)",
+        path: path, offset: offset)
+    }
+    return block.payload
+  }
+}

@@ -1,0 +1,217 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// Checkpoints: moving committed state from the WAL into the data file.
+///
+/// The protocol, with what a crash at each step leaves (FORMAT.md §6):
+/// 1. Make the WAL durable through its last record. (Crash: the WAL recovers everything.)
+/// 2. Append every node changed since the last checkpoint, children before
+///    parents, and the large values they hold. (Crash: a torn tail after the
+///    last commit record; recovery cuts it off and replays the WAL.)
+/// 3. fsync the data file, so no commit record can name a node that is not durable.
+/// 4. Append the commit record naming the new roots; fsync. (Crash before the
+///    fsync: the record is torn or missing, as in 2. After it: the new state
+///    is the data file's; WAL records up to its sequence are skipped.)
+/// 5. Write a fresh WAL under a temporary name, fsync it, rename it over the
+///    old one, fsync the folder. (Crash: either WAL is fine, see 4.)
+/// 6. Publish the same state with on-disk references, so the in-memory
+///    nodes can be freed once no snapshot holds them.
+extension Database {
+  /// Checkpoints if the WAL has passed the threshold.
+  func checkpointIfNeeded() throws {
+    gate.acquire()
+    defer { gate.release() }
+    guard !isClosed, syncLock.withLock({ poison == nil && walWritten > UInt64(options.checkpointThreshold) })
+    else { return }
+    try checkpointHoldingGate()
+  }
+
+  /// Runs a checkpoint. Called with the gate held.
+  func checkpointHoldingGate() throws {
+    let written = syncLock.withLock { walWritten }
+    try waitDurable(through: written)
+    if lastSequence == checkpointedSequence && written <= UInt64(HeaderLayout.size) { return }
+    do {
+      try writeCheckpoint()
+    } catch {
+      throw setPoison(error)
+    }
+  }
+
+  /// Commits a large transaction by checkpointing it. Called with the gate held.
+  func commitByCheckpoint(_ trees: [String: TreeRoot], _ sequence: CommitSequence) throws {
+    let written = syncLock.withLock { walWritten }
+    try waitDurable(through: written)
+    committedTrees = trees
+    lastSequence = sequence
+    do {
+      try writeCheckpoint()
+    } catch {
+      throw setPoison(error)
+    }
+    counters.commits.add(1)
+  }
+
+  private func writeCheckpoint() throws {
+    // 2. Append changed nodes and large values.
+    var writer = CheckpointWriter(
+      store: store, cache: cache, counters: counters, start: dataEnd, compress: options.compression)
+    var clean: [String: TreeRoot] = [:]
+    var roots: [CommitRecord.Root] = []
+    for name in committedTrees.keys.sorted() {
+      var tree = committedTrees[name]!
+      var diskRoot: DiskRef?
+      if let root = tree.root {
+        let ref = try writer.write(root)
+        tree.root = .disk(ref)
+        diskRoot = ref
+      }
+      clean[name] = tree
+      roots.append(CommitRecord.Root(name: name, root: diskRoot, height: tree.height, count: tree.count))
+    }
+    try writer.flush()
+
+    // 3. The nodes are durable before any commit record names them.
+    if writer.position > dataEnd {
+      try store.file.sync()
+      counters.dataSyncs.add(1)
+    }
+
+    // 4. The commit record.
+    let offset = writer.position
+    let record = CommitRecord(
+      sequence: lastSequence, previous: lastCommitOffset, timestamp: currentMilliseconds(), roots: roots)
+    let block = BlockFraming.frame(
+      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compress: false)
+    try store.file.write(block, at: offset)
+    counters.dataBytesWritten.add(block.count)
+    try store.file.sync()
+    counters.dataSyncs.add(1)
+    dataEnd = offset + UInt64(block.count)
+    lastCommitOffset = BlockOffset(offset)
+
+    // 5. A fresh WAL continuing from this commit.
+    try rotateWAL(sequence: lastSequence, commitOffset: offset)
+
+    // 6. Publish the on-disk form.
+    committedTrees = clean
+    checkpointedSequence = lastSequence
+    publish(Version(sequence: lastSequence, trees: clean, store: store))
+    counters.checkpoints.add(1)
+  }
+
+  /// Replaces the WAL with an empty one whose header names the commit at `commitOffset`.
+  func rotateWAL(sequence: CommitSequence, commitOffset: UInt64) throws {
+    let newPath = Path.join(path, StoreFiles.newWAL)
+    let (file, salt) = try Recovery.createWAL(
+      at: newPath, fs: fs, storeID: storeID, sequence: sequence, commitOffset: commitOffset)
+    counters.walSyncs.add(1)
+    try fs.rename(newPath, to: walPath)
+    try fs.syncDirectory(path)
+    counters.dataSyncs.add(1)
+    let old: WALFile? = syncLock.withLock {
+      while syncing { syncCondition.wait(syncLock) }
+      let old = wal
+      wal = WALFile(file: file, salt: salt)
+      walWritten = UInt64(HeaderLayout.size)
+      walDurable = walWritten
+      return old
+    }
+    old?.file.close()
+  }
+}
+
+/// Appends the nodes of a checkpoint to the data file, children before parents.
+struct CheckpointWriter {
+  let store: NodeStore
+  let cache: NodeCache
+  let counters: Counters
+  let compress: Bool
+  /// Where the next block lands.
+  private(set) var position: UInt64
+  private var buffer: [UInt8] = []
+  private var bufferStart: UInt64
+  private static let flushSize = 4 << 20
+
+  init(store: NodeStore, cache: NodeCache, counters: Counters, start: UInt64, compress: Bool) {
+    self.store = store
+    self.cache = cache
+    self.counters = counters
+    self.compress = compress
+    self.position = start
+    self.bufferStart = start
+    buffer.reserveCapacity(Self.flushSize + 65_536)
+  }
+
+  /// Writes the subtree at `ref` if it is in memory; returns its disk reference.
+  mutating func write(_ ref: NodeRef) throws -> DiskRef {
+    switch ref {
+    case .disk(let disk):
+      return disk
+    case .memory(.leaf(let leaf)):
+      var largeRefs: [Int: DiskRef] = [:]
+      var largeBytes: UInt64 = 0
+      for (i, slot) in leaf.slots.enumerated() {
+        switch slot.kind {
+        case .pending:
+          let r = try append(.largeValue, leaf.pending[Int(slot.valueStart)])
+          largeRefs[i] = r
+          largeBytes += UInt64(r.length)
+        case .large:
+          largeBytes += UInt64(leaf.largeRef(at: i).length)
+        case .inline:
+          break
+        }
+      }
+      let payload = NodeCodec.encodeLeaf(leaf, largeRefs: largeRefs)
+      let r = try append(.leaf, payload)
+      cache.insert(r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: store.path, offset: r.offset.rawValue)))
+      counters.nodesWritten.add(1)
+      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: UInt64(r.length) + largeBytes)
+    case .memory(.branch(let branch)):
+      var children: [NodeRef] = []
+      children.reserveCapacity(branch.childCount)
+      var bytes: UInt64 = 0
+      for child in branch.children {
+        let r = try write(child)
+        children.append(.disk(r))
+        bytes += r.subtreeBytes
+      }
+      let clean = BranchNode(
+        owner: 0, level: branch.level, keys: branch.keys, children: children, counts: branch.counts)
+      let r = try append(.branch, NodeCodec.encodeBranch(clean))
+      cache.insert(r.offset, .branch(clean))
+      counters.nodesWritten.add(1)
+      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: UInt64(r.length) + bytes)
+    }
+  }
+
+  private mutating func append(_ kind: BlockKind, _ payload: [UInt8]) throws -> DiskRef {
+    let offset = position
+    let before = buffer.count
+    BlockFraming.frame(kind: kind, payload: payload, at: offset, compress: compress, into: &buffer)
+    let length = buffer.count - before
+    position += UInt64(length)
+    if buffer.count >= Self.flushSize { try flush() }
+    return DiskRef(offset: BlockOffset(offset), length: UInt32(length), subtreeBytes: UInt64(length))
+  }
+
+  mutating func flush() throws {
+    guard !buffer.isEmpty else { return }
+    try store.file.write(buffer, at: bufferStart)
+    counters.dataBytesWritten.add(buffer.count)
+    bufferStart += UInt64(buffer.count)
+    buffer.removeAll(keepingCapacity: true)
+  }
+}
+
+func currentMilliseconds() -> UInt64 {
+  var ts = timespec()
+  clock_gettime(CLOCK_REALTIME, &ts)
+  return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+}

@@ -1,0 +1,142 @@
+/// Encodes nodes to their raw block payloads and decodes them back, checking
+/// every length against the payload. Format: FORMAT.md §2.2 (leaf), §2.3 (branch).
+enum NodeCodec {
+  /// Encodes a leaf whose pending large values have been written: `largeRefs`
+  /// maps their slot index to the block written for them.
+  static func encodeLeaf(_ leaf: LeafNode, largeRefs: [Int: DiskRef]) -> [UInt8] {
+    var w = ByteWriter(capacity: leaf.encodedSize)
+    w.u32(UInt32(leaf.count))
+    for s in leaf.slots {
+      w.u16(s.keyLength)
+      w.u8(s.kind == .inline ? ValueKind.inline.rawValue : ValueKind.large.rawValue)
+      w.u32(s.valueLength)
+    }
+    leaf.buffer.withUnsafeBytes { raw in
+      for (i, s) in leaf.slots.enumerated() {
+        let k = Int(s.keyStart)
+        w.append(UnsafeRawBufferPointer(rebasing: raw[k..<k + Int(s.keyLength)]))
+        switch s.kind {
+        case .inline:
+          let v = Int(s.valueStart)
+          w.append(UnsafeRawBufferPointer(rebasing: raw[v..<v + Int(s.valueLength)]))
+        case .large:
+          let v = Int(s.valueStart)
+          w.append(UnsafeRawBufferPointer(rebasing: raw[v..<v + LeafLayout.largeRefSize]))
+        case .pending:
+          // Safe: the checkpoint writes every pending value before encoding its leaf.
+          let ref = largeRefs[i]!
+          w.u64(ref.offset.rawValue)
+          w.u32(ref.length)
+        }
+      }
+    }
+    assert(w.count == leaf.encodedSize)
+    return w.bytes
+  }
+
+  /// Encodes a branch whose children are all on disk.
+  static func encodeBranch(_ branch: BranchNode) -> [UInt8] {
+    var w = ByteWriter(capacity: branch.encodedSize)
+    w.u32(UInt32(branch.childCount))
+    w.u16(UInt16(branch.level))
+    for (i, child) in branch.children.enumerated() {
+      // Safe: the checkpoint writes children before their parent.
+      guard case .disk(let ref) = child else { preconditionFailure("encoding a branch with an unwritten child") }
+      w.u64(ref.offset.rawValue)
+      w.u32(ref.length)
+      w.u64(branch.counts[i])
+      w.u64(ref.subtreeBytes)
+    }
+    for key in branch.keys {
+      w.u16(UInt16(key.count))
+      w.append(key)
+    }
+    assert(w.count == branch.encodedSize)
+    return w.bytes
+  }
+
+  /// Decodes a leaf payload read from the block at `offset`.
+  static func decodeLeaf(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError) -> LeafNode {
+    var r = ByteReader(payload, path: path, base: offset, what: "leaf node")
+    let count = Int(try r.u32("entry count"))
+    guard count <= payload.count / LeafLayout.entrySize else {
+      throw r.error("entry count \(count) cannot fit in \(payload.count) bytes", at: 0)
+    }
+    var slots: [LeafSlot] = []
+    slots.reserveCapacity(count)
+    // Entries' bytes start after the table.
+    var cursor = LeafLayout.header + count * LeafLayout.entrySize
+    for i in 0..<count {
+      let keyLength = try r.u16("key length of entry \(i)")
+      let kindByte = try r.u8("value kind of entry \(i)")
+      let valueLength = try r.u32("value length of entry \(i)")
+      guard Int(keyLength) <= Limits.maxKeySize else {
+        throw r.error("entry \(i): key length \(keyLength) exceeds \(Limits.maxKeySize)")
+      }
+      guard Int(valueLength) <= Limits.maxValueSize else {
+        throw r.error("entry \(i): value length \(valueLength) exceeds \(Limits.maxValueSize)")
+      }
+      guard let kind = ValueKind(rawValue: kindByte), kind != .pending else {
+        throw r.error("entry \(i): unknown value kind \(kindByte)")
+      }
+      let keyStart = cursor
+      cursor += Int(keyLength)
+      let valueStart = cursor
+      cursor += kind == .inline ? Int(valueLength) : LeafLayout.largeRefSize
+      guard cursor <= payload.count else {
+        throw r.error("entry \(i) ends at byte \(cursor), past the payload's \(payload.count)", at: keyStart)
+      }
+      slots.append(
+        LeafSlot(
+          keyStart: UInt32(keyStart), keyLength: keyLength, kind: kind, valueStart: UInt32(valueStart),
+          valueLength: valueLength))
+    }
+    guard cursor == payload.count else {
+      throw r.error("\(payload.count - cursor) stray bytes after the last entry", at: cursor)
+    }
+    return LeafNode(owner: owner, buffer: payload, slots: slots, encodedSize: payload.count)
+  }
+
+  /// Decodes a branch payload read from the block at `offset`.
+  static func decodeBranch(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError)
+    -> BranchNode
+  {
+    var r = ByteReader(payload, path: path, base: offset, what: "branch node")
+    let count = Int(try r.u32("child count"))
+    let level = Int(try r.u16("level"))
+    guard count >= 1, count <= payload.count / BranchLayout.childSize else {
+      throw r.error("child count \(count) is not possible in \(payload.count) bytes", at: 0)
+    }
+    guard level >= 1, level < Limits.maxTreeHeight else {
+      throw r.error("level \(level) is outside 1..<\(Limits.maxTreeHeight)", at: BranchLayout.level)
+    }
+    var children: [NodeRef] = []
+    var counts: [UInt64] = []
+    children.reserveCapacity(count)
+    counts.reserveCapacity(count)
+    for i in 0..<count {
+      let childOffset = try r.u64("offset of child \(i)")
+      let length = try r.u32("length of child \(i)")
+      let keys = try r.u64("key count of child \(i)")
+      let bytes = try r.u64("byte count of child \(i)")
+      guard childOffset >= UInt64(HeaderLayout.size), childOffset < offset,
+        Int(length) >= BlockLayout.header
+      else {
+        throw r.error(
+          "child \(i) points at offset \(childOffset) length \(length), not an earlier block",
+          at: r.position - BranchLayout.childSize)
+      }
+      children.append(.disk(DiskRef(offset: BlockOffset(childOffset), length: length, subtreeBytes: bytes)))
+      counts.append(keys)
+    }
+    var keys: [[UInt8]] = []
+    keys.reserveCapacity(count - 1)
+    for i in 0..<(count - 1) {
+      let length = Int(try r.u16("length of separator \(i)"))
+      guard length <= Limits.maxKeySize else { throw r.error("separator \(i) length \(length) exceeds the key limit") }
+      keys.append(try r.bytes(length, "separator \(i)"))
+    }
+    guard r.isAtEnd else { throw r.error("\(r.remaining) stray bytes after the last separator") }
+    return BranchNode(owner: owner, level: level, keys: keys, children: children, counts: counts)
+  }
+}

@@ -1,0 +1,91 @@
+/// All file access of the engine goes through this protocol.
+///
+/// Three implementations ship with Cairn: ``POSIXFileSystem`` (the real
+/// disk), ``MemoryFileSystem`` (an in-memory disk that knows which bytes are
+/// durable and can produce the image a power cut would leave), and
+/// ``FaultInjectingFileSystem`` (wraps another and fails, tears, or stops
+/// operations on command). Tests swap them in the way SQLite's VFS and redb's
+/// `StorageBackend` are used.
+///
+/// Implementations must be safe to call from several threads at once: readers
+/// call ``StorageFile/read(at:count:)`` concurrently with the writer.
+public protocol FileSystem: AnyObject, Sendable {
+  /// Opens a file. `.create` makes it with mode 0600 if missing.
+  func open(_ path: String, _ mode: FileOpenMode) throws -> any StorageFile
+  /// Whether a file or directory exists at `path`.
+  func exists(_ path: String) -> Bool
+  /// Whether `path` is a directory.
+  func isDirectory(_ path: String) -> Bool
+  /// Creates a directory (mode 0700). Its parent must exist.
+  func createDirectory(_ path: String) throws
+  /// Removes a file.
+  func remove(_ path: String) throws
+  /// Atomically replaces `destination` with `source`.
+  func rename(_ source: String, to destination: String) throws
+  /// Makes the directory's entries (created, removed, renamed files) durable.
+  func syncDirectory(_ path: String) throws
+  /// Takes an advisory lock on the file at `path` (created if missing) without waiting.
+  ///
+  /// - Throws: ``EngineError/Code/locked`` when another holder conflicts.
+  func lock(_ path: String, exclusive: Bool) throws -> any FileLock
+  /// The names (not paths) of the entries of a directory.
+  func contentsOfDirectory(_ path: String) throws -> [String]
+}
+
+/// How to open a file.
+public enum FileOpenMode: Sendable {
+  /// Read only; the file must exist.
+  case readOnly
+  /// Read and write; the file must exist.
+  case readWrite
+  /// Read and write; created with mode 0600 if missing.
+  case create
+}
+
+/// An open file. Offsets are absolute; there is no file position.
+public protocol StorageFile: AnyObject, Sendable {
+  /// The path the file was opened at.
+  var path: String { get }
+  /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
+  func read(at offset: UInt64, count: Int) throws -> [UInt8]
+  /// Writes all of `bytes` at `offset`, extending the file if needed.
+  func write(_ bytes: [UInt8], at offset: UInt64) throws
+  /// The file's current length in bytes.
+  func size() throws -> UInt64
+  /// Cuts or extends the file to `size` bytes.
+  func truncate(to size: UInt64) throws
+  /// Makes every write so far durable (fdatasync on Linux, F_FULLFSYNC on Apple).
+  ///
+  /// After a failure the state of unsynced writes is unknown; the engine
+  /// never calls `sync` on that file again (FORMAT.md §8).
+  func sync() throws
+  /// Closes the file. Further calls throw ``EngineError/Code/closed``.
+  func close()
+}
+
+/// A held advisory lock; released by ``unlock()`` or when deallocated.
+public protocol FileLock: AnyObject, Sendable {
+  /// Releases the lock.
+  func unlock()
+}
+
+/// Path helpers shared by the file systems (paths are plain `/`-separated strings).
+enum Path {
+  static func join(_ directory: String, _ name: String) -> String {
+    directory.hasSuffix("/") ? directory + name : directory + "/" + name
+  }
+
+  static func parent(_ path: String) -> String {
+    var p = path
+    while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+    guard let slash = p.lastIndex(of: "/") else { return "." }
+    if slash == p.startIndex { return "/" }
+    return String(p[..<slash])
+  }
+
+  static func normalize(_ path: String) -> String {
+    var p = path
+    while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+    return p
+  }
+}

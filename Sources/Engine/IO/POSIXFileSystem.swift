@@ -1,0 +1,208 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// The real file system, through POSIX calls: `pread`, `pwrite`,
+/// `fdatasync` (Linux) or `fcntl(F_FULLFSYNC)` (Apple), and `flock`.
+///
+/// Files are created with mode 0600 and directories with 0700.
+public final class POSIXFileSystem: FileSystem {
+  /// Creates the real file system.
+  public init() {}
+
+  public func open(_ path: String, _ mode: FileOpenMode) throws -> any StorageFile {
+    var flags: Int32 = O_CLOEXEC
+    switch mode {
+    case .readOnly: flags |= O_RDONLY
+    case .readWrite: flags |= O_RDWR
+    case .create: flags |= O_RDWR | O_CREAT
+    }
+    let fd = path.withCString { Glibc_open($0, flags, 0o600) }
+    guard fd >= 0 else { throw posixError("open", path: path) }
+    return POSIXFile(fd: fd, path: path)
+  }
+
+  public func exists(_ path: String) -> Bool {
+    var st = stat()
+    return stat(path, &st) == 0
+  }
+
+  public func isDirectory(_ path: String) -> Bool {
+    var st = stat()
+    return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+  }
+
+  public func createDirectory(_ path: String) throws {
+    guard mkdir(path, 0o700) == 0 || errno == EEXIST else { throw posixError("mkdir", path: path) }
+  }
+
+  public func remove(_ path: String) throws {
+    guard unlink(path) == 0 else { throw posixError("unlink", path: path) }
+  }
+
+  public func rename(_ source: String, to destination: String) throws {
+    guard Glibc_rename(source, destination) == 0 else { throw posixError("rename to \(destination)", path: source) }
+  }
+
+  public func syncDirectory(_ path: String) throws {
+    let fd = Glibc_open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY, 0)
+    guard fd >= 0 else { throw posixError("open directory", path: path) }
+    defer { _ = Glibc_close(fd) }
+    guard fsync(fd) == 0 else { throw posixError("fsync directory", path: path) }
+  }
+
+  public func lock(_ path: String, exclusive: Bool) throws -> any FileLock {
+    let fd = Glibc_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw posixError("open lock file", path: path) }
+    while flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0 {
+      let code = errno
+      if code == EINTR { continue }
+      _ = Glibc_close(fd)
+      if code == EWOULDBLOCK {
+        throw EngineError(
+          .locked, "the store is open \(exclusive ? "" : "for writing ")in another process or handle",
+          path: path)
+      }
+      throw posixError("flock", path: path, code: code)
+    }
+    return POSIXFileLock(fd: fd)
+  }
+
+  public func contentsOfDirectory(_ path: String) throws -> [String] {
+    guard let dir = opendir(path) else { throw posixError("opendir", path: path) }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+    return names.sorted()
+  }
+}
+
+// Module-qualified wrappers: inside these types `open`, `rename` and `close`
+// name our own methods.
+@inline(__always) private func Glibc_open(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: mode_t) -> Int32 {
+  open(path, flags, mode)
+}
+@inline(__always) private func Glibc_open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
+  path.withCString { open($0, flags, mode) }
+}
+@inline(__always) private func Glibc_rename(_ a: String, _ b: String) -> Int32 { rename(a, b) }
+@inline(__always) private func Glibc_close(_ fd: Int32) -> Int32 { close(fd) }
+
+func posixError(_ operation: String, path: String, code: Int32 = errno) -> EngineError {
+  EngineError(.io, "\(operation) failed: \(String(cString: strerror(code))) (errno \(code))", path: path)
+}
+
+final class POSIXFile: StorageFile, @unchecked Sendable {
+  let path: String
+  // Written only by close(); reads and writes after close fail with EBADF,
+  // which we report as `.closed`.
+  private let state: Locked<Int32>
+
+  init(fd: Int32, path: String) {
+    self.path = path
+    self.state = Locked(fd)
+  }
+
+  deinit { close() }
+
+  private var fd: Int32 { state.withLock { $0 } }
+
+  private func checkOpen() throws -> Int32 {
+    let fd = self.fd
+    guard fd >= 0 else { throw EngineError(.closed, "file is closed", path: path) }
+    return fd
+  }
+
+  func read(at offset: UInt64, count: Int) throws -> [UInt8] {
+    let fd = try checkOpen()
+    guard count > 0 else { return [] }
+    var buffer = [UInt8](repeating: 0, count: count)
+    var done = 0
+    while done < count {
+      let n = buffer.withUnsafeMutableBytes { raw in
+        pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+      }
+      if n < 0 {
+        if errno == EINTR { continue }
+        throw posixError("pread of \(count) bytes", path: path)
+      }
+      if n == 0 { break }
+      done += n
+    }
+    if done < count { buffer.removeSubrange(done...) }
+    return buffer
+  }
+
+  func write(_ bytes: [UInt8], at offset: UInt64) throws {
+    let fd = try checkOpen()
+    var done = 0
+    while done < bytes.count {
+      let n = bytes.withUnsafeBytes { raw in
+        pwrite(fd, raw.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+      }
+      if n < 0 {
+        if errno == EINTR { continue }
+        throw posixError("pwrite of \(bytes.count) bytes at \(offset)", path: path)
+      }
+      done += n
+    }
+  }
+
+  func size() throws -> UInt64 {
+    let fd = try checkOpen()
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw posixError("fstat", path: path) }
+    return UInt64(st.st_size)
+  }
+
+  func truncate(to size: UInt64) throws {
+    let fd = try checkOpen()
+    guard ftruncate(fd, off_t(size)) == 0 else { throw posixError("ftruncate to \(size)", path: path) }
+  }
+
+  func sync() throws {
+    let fd = try checkOpen()
+    #if canImport(Darwin)
+      guard fcntl(fd, F_FULLFSYNC) == 0 else { throw posixError("F_FULLFSYNC", path: path) }
+    #else
+      guard fdatasync(fd) == 0 else { throw posixError("fdatasync", path: path) }
+    #endif
+  }
+
+  func close() {
+    let old = state.withLock { fd -> Int32 in
+      let old = fd
+      fd = -1
+      return old
+    }
+    if old >= 0 { _ = Glibc_close(old) }
+  }
+}
+
+final class POSIXFileLock: FileLock, @unchecked Sendable {
+  private let state: Locked<Int32>
+
+  init(fd: Int32) { state = Locked(fd) }
+  deinit { unlock() }
+
+  func unlock() {
+    let fd = state.withLock { fd -> Int32 in
+      let old = fd
+      fd = -1
+      return old
+    }
+    if fd >= 0 {
+      _ = flock(fd, LOCK_UN)
+      _ = Glibc_close(fd)
+    }
+  }
+}

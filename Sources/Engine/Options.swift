@@ -1,0 +1,64 @@
+/// How a commit is made durable.
+public enum Durability: Sendable, Hashable {
+  /// A commit returns only after its WAL record is fsynced. Several threads
+  /// committing at once share one fsync (group commit). Nothing that
+  /// returned is lost by a crash or a power cut.
+  case full
+  /// A commit returns once its WAL record is written to the operating
+  /// system; the WAL is fsynced at most every `syncIntervalMilliseconds`
+  /// (by a background flush) and at every checkpoint.
+  ///
+  /// A process crash loses nothing. A power cut or OS crash loses at most the
+  /// commits of the last `syncIntervalMilliseconds` before it (plus the time
+  /// one fsync takes), always as a suffix: recovery yields the state after
+  /// some earlier commit, never a partial transaction.
+  case normal(syncIntervalMilliseconds: Int)
+
+  /// ``normal(syncIntervalMilliseconds:)`` with 100 ms.
+  public static let normal = Durability.normal(syncIntervalMilliseconds: 100)
+}
+
+/// Settings for opening a ``Database``.
+public struct Options: Sendable {
+  /// How commits are made durable. Default ``Durability/full``.
+  public var durability: Durability = .full
+  /// Bytes of decoded nodes kept in memory for readers. Default 128 MiB.
+  public var cacheSize: Int = 128 << 20
+  /// WAL size in bytes past which a checkpoint runs. Default 64 MiB.
+  public var checkpointThreshold: Int = 64 << 20
+  /// Target size in bytes of a node before compression; a node that grows
+  /// past it splits. Default 4,096. See ``Limits/nodeSizeRange``.
+  public var nodeSize: Int = 4096
+  /// Whether nodes and large values are LZ4-compressed when that saves space. Default true.
+  public var compression: Bool = true
+  /// Open without writing: no checkpoint, no lock exclusion of other readers,
+  /// and writes throw ``EngineError/Code/readOnly``. Default false.
+  public var readOnly: Bool = false
+  /// Create the store if the folder holds none. Default true.
+  public var createIfMissing: Bool = true
+  /// The file system the store lives on. Default ``POSIXFileSystem``.
+  public var fileSystem: any FileSystem = POSIXFileSystem()
+
+  /// Default options.
+  public init() {}
+
+  /// Options with the given durability and defaults otherwise.
+  public init(durability: Durability) { self.durability = durability }
+
+  func validated() throws -> Options {
+    guard Limits.nodeSizeRange.contains(nodeSize) else {
+      throw EngineError(.invalidArgument, "nodeSize \(nodeSize) is outside \(Limits.nodeSizeRange)")
+    }
+    guard cacheSize >= 0 else { throw EngineError(.invalidArgument, "cacheSize \(cacheSize) is negative") }
+    guard checkpointThreshold >= 4096 else {
+      throw EngineError(.invalidArgument, "checkpointThreshold \(checkpointThreshold) is below 4096 bytes")
+    }
+    if case .normal(let ms) = durability, ms < 1 {
+      throw EngineError(.invalidArgument, "syncIntervalMilliseconds \(ms) must be at least 1")
+    }
+    return self
+  }
+
+  /// Values longer than this are stored out of line as their own block.
+  var largeValueThreshold: Int { nodeSize / 4 }
+}

@@ -1,0 +1,60 @@
+/// Reads from one consistent state of the store: a ``Snapshot``, or a
+/// ``WriteTransaction``, which also sees its own uncommitted writes.
+///
+/// Reading a keyspace that does not exist finds nothing: `get` returns nil,
+/// counts are zero and cursors are empty.
+public protocol KeyValueReader {
+  /// The value stored under `key` in `keyspace`, or nil.
+  func get(_ key: [UInt8], in keyspace: String) throws -> [UInt8]?
+  /// A cursor over `range` of `keyspace`, positioned before its first entry.
+  func cursor(in keyspace: String, range: KeyRange) throws -> Cursor
+  /// How many keys of `keyspace` lie in `range`, in O(height).
+  func count(in keyspace: String, range: KeyRange) throws -> UInt64
+  /// The names of every keyspace, sorted.
+  func keyspaces() throws -> [String]
+}
+
+extension KeyValueReader {
+  /// Whether `key` is present in `keyspace`.
+  public func contains(_ key: [UInt8], in keyspace: String) throws -> Bool {
+    try get(key, in: keyspace) != nil
+  }
+
+  /// A cursor over all of `keyspace`.
+  public func cursor(in keyspace: String) throws -> Cursor { try cursor(in: keyspace, range: .all) }
+
+  /// How many keys `keyspace` holds, in O(1).
+  public func count(in keyspace: String) throws -> UInt64 { try count(in: keyspace, range: .all) }
+
+  /// Every entry of `range` in `keyspace`, in key order. Holds the whole
+  /// result in memory; use a ``Cursor`` for large ranges.
+  public func entries(in keyspace: String, range: KeyRange = .all) throws -> [Entry] {
+    let c = try cursor(in: keyspace, range: range)
+    var result: [Entry] = []
+    while let e = try c.next() { result.append(e) }
+    return result
+  }
+}
+
+/// Checks an argument against the documented limits.
+enum Validate {
+  static func key(_ key: [UInt8]) throws {
+    guard key.count <= Limits.maxKeySize else {
+      throw EngineError(.keyTooLarge, "key of \(key.count) bytes exceeds the \(Limits.maxKeySize)-byte limit")
+    }
+  }
+
+  static func value(_ value: [UInt8]) throws {
+    guard value.count <= Limits.maxValueSize else {
+      throw EngineError(.valueTooLarge, "value of \(value.count) bytes exceeds the \(Limits.maxValueSize)-byte limit")
+    }
+  }
+
+  static func keyspace(_ name: String) throws {
+    let n = name.utf8.count
+    guard n >= 1, n <= Limits.maxKeyspaceNameSize else {
+      throw EngineError(
+        .invalidArgument, "keyspace name of \(n) bytes; names are 1 to \(Limits.maxKeyspaceNameSize) UTF-8 bytes")
+    }
+  }
+}

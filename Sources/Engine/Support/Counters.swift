@@ -1,0 +1,67 @@
+import Synchronization
+
+/// A counter many threads add to without a lock.
+final class Counter: Sendable {
+  private let value = Atomic<Int>(0)
+  init() {}
+  @inline(__always) func add(_ n: Int) { value.add(n, ordering: .relaxed) }
+  var current: Int { value.load(ordering: .relaxed) }
+}
+
+/// The engine's I/O counters (one set per open database).
+final class Counters: Sendable {
+  let nodeCacheHits = Counter()
+  let nodeCacheMisses = Counter()
+  let nodesWritten = Counter()
+  let bytesRead = Counter()
+  let dataBytesWritten = Counter()
+  let walBytesWritten = Counter()
+  let dataSyncs = Counter()
+  let walSyncs = Counter()
+  let checkpoints = Counter()
+  let commits = Counter()
+  init() {}
+}
+
+/// A snapshot of the engine's I/O counters since the database was opened.
+///
+/// Tests and the benchmark read these to prove costs (a range delete reads
+/// O(height) nodes) without timing anything.
+public struct Statistics: Sendable, Equatable {
+  /// Node lookups answered by the cache.
+  public var nodeCacheHits: Int
+  /// Node lookups that read and decoded a block.
+  public var nodeCacheMisses: Int
+  /// Node reads of either kind.
+  public var nodeReads: Int { nodeCacheHits + nodeCacheMisses }
+  /// Nodes written to the data file by checkpoints.
+  public var nodesWritten: Int
+  /// Bytes read from the data file.
+  public var bytesRead: Int
+  /// Bytes appended to the data file.
+  public var dataBytesWritten: Int
+  /// Bytes appended to the WAL.
+  public var walBytesWritten: Int
+  /// fsyncs of the data file (and of the store's folder).
+  public var dataSyncs: Int
+  /// fsyncs of the WAL.
+  public var walSyncs: Int
+  /// Checkpoints run.
+  public var checkpoints: Int
+  /// Write transactions committed.
+  public var commits: Int
+  /// Bytes of decoded nodes in the cache now.
+  public var cacheBytes: Int
+
+  /// The change from `earlier` to `self` (cacheBytes stays current).
+  public func since(_ earlier: Statistics) -> Statistics {
+    Statistics(
+      nodeCacheHits: nodeCacheHits - earlier.nodeCacheHits,
+      nodeCacheMisses: nodeCacheMisses - earlier.nodeCacheMisses,
+      nodesWritten: nodesWritten - earlier.nodesWritten, bytesRead: bytesRead - earlier.bytesRead,
+      dataBytesWritten: dataBytesWritten - earlier.dataBytesWritten,
+      walBytesWritten: walBytesWritten - earlier.walBytesWritten, dataSyncs: dataSyncs - earlier.dataSyncs,
+      walSyncs: walSyncs - earlier.walSyncs, checkpoints: checkpoints - earlier.checkpoints,
+      commits: commits - earlier.commits, cacheBytes: cacheBytes)
+  }
+}

@@ -1,0 +1,237 @@
+/// A write transaction: changes to any keyspaces, applied atomically by
+/// ``commit()`` or discarded by ``rollback()``.
+///
+/// Reads through the transaction see its own writes. Only one write
+/// transaction is open at a time; it is not thread-safe, but it may move
+/// between threads (begin on one, commit on another).
+///
+/// If an operation fails half-way (an I/O error while reading a node), the
+/// transaction can no longer commit: it throws on every later call until
+/// rolled back, so a half-applied change never reaches the store.
+public final class WriteTransaction: KeyValueReader {
+  enum State {
+    case open
+    case committed
+    case rolledBack
+    case failed(EngineError)
+  }
+
+  let database: Database
+  var trees: [String: TreeRoot]
+  /// The generation whose nodes this transaction may change in place.
+  private var owner: UInt64
+  /// The WAL record being built; nil when not logging (recovery replay) or
+  /// when the transaction outgrew a WAL record and will commit by checkpoint.
+  var log: WALRecordBuilder?
+  let logging: Bool
+  private(set) var changed = false
+  private(set) var state: State = .open
+
+  init(database: Database, trees: [String: TreeRoot], owner: UInt64, logging: Bool) {
+    self.database = database
+    self.trees = trees
+    self.owner = owner
+    self.logging = logging
+    self.log = logging ? WALRecordBuilder() : nil
+  }
+
+  deinit {
+    if isOpenOrFailed && logging { database.gate.release() }
+  }
+
+  private var isOpenOrFailed: Bool {
+    switch state {
+    case .open, .failed: true
+    case .committed, .rolledBack: false
+    }
+  }
+
+  var isOpen: Bool {
+    if case .open = state { return true }
+    return false
+  }
+
+  var context: TreeContext {
+    TreeContext(
+      store: database.store, owner: owner, nodeSize: database.options.nodeSize,
+      largeValueThreshold: database.options.largeValueThreshold)
+  }
+
+  private func checkOpen() throws {
+    switch state {
+    case .open: return
+    case .failed(let e):
+      throw EngineError(.invalidArgument, "the transaction failed and must be rolled back", underlying: e.description)
+    case .committed, .rolledBack:
+      throw EngineError(.closed, "the transaction is already \(state)")
+    }
+  }
+
+  /// Runs a change to the trees; any error leaves the transaction failed.
+  @discardableResult
+  private func mutate<T>(_ body: () throws -> T) throws -> T {
+    do {
+      let result = try body()
+      changed = true
+      return result
+    } catch {
+      let e = error as? EngineError ?? EngineError(.io, "\(error)")
+      state = .failed(e)
+      throw e
+    }
+  }
+
+  private func record(_ op: WALOperation) {
+    guard log != nil else { return }
+    log!.append(op)
+    if log!.size > database.largeTransactionBytes { log = nil }
+  }
+
+  private func checkKeyspaceLimit(_ name: String) throws {
+    if trees[name] == nil && trees.count >= Limits.maxKeyspaces {
+      throw EngineError(.invalidArgument, "the store already holds \(Limits.maxKeyspaces) keyspaces")
+    }
+  }
+
+  // MARK: Writing
+
+  /// Stores `value` under `key` in `keyspace`, replacing any value there.
+  /// The keyspace is created if it does not exist.
+  ///
+  /// - Throws: ``EngineError/Code/keyTooLarge``, ``EngineError/Code/valueTooLarge``,
+  ///   ``EngineError/Code/invalidArgument`` for a bad keyspace name.
+  public func put(_ key: [UInt8], _ value: [UInt8], in keyspace: String) throws {
+    try checkOpen()
+    try Validate.key(key)
+    try Validate.value(value)
+    try Validate.keyspace(keyspace)
+    try checkKeyspaceLimit(keyspace)
+    let ctx = context
+    try mutate { try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx) }
+    if logging { record(.put(keyspace: keyspace, key: key, value: value)) }
+  }
+
+  /// Removes `key` from `keyspace`. Returns whether it was present.
+  @discardableResult
+  public func delete(_ key: [UInt8], in keyspace: String) throws -> Bool {
+    try checkOpen()
+    try Validate.key(key)
+    guard trees[keyspace] != nil else { return false }
+    let ctx = context
+    let found = try mutate { try trees[keyspace]!.delete(key, ctx) }
+    if found && logging { record(.delete(keyspace: keyspace, key: key)) }
+    return found
+  }
+
+  /// Removes every key `k` of `keyspace` with `start <= k < end`, as one
+  /// logged operation whatever the number of keys. Returns how many keys
+  /// were removed.
+  @discardableResult
+  public func deleteRange(from start: [UInt8], to end: [UInt8], in keyspace: String) throws -> UInt64 {
+    try deleteRange(KeyRange(from: start, to: end), in: keyspace)
+  }
+
+  /// Removes every key of `range` in `keyspace`. See ``deleteRange(from:to:in:)``.
+  @discardableResult
+  public func deleteRange(_ range: KeyRange, in keyspace: String) throws -> UInt64 {
+    try checkOpen()
+    if let l = range.lower { try Validate.key(l) }
+    if let u = range.upper { try Validate.key(u) }
+    guard trees[keyspace] != nil, !range.isEmpty else { return 0 }
+    let ctx = context
+    let removed = try mutate { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }
+    if removed > 0 && logging { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
+    return removed
+  }
+
+  /// Creates an empty keyspace if none has that name.
+  public func createKeyspace(_ name: String) throws {
+    try checkOpen()
+    try Validate.keyspace(name)
+    guard trees[name] == nil else { return }
+    try checkKeyspaceLimit(name)
+    mutateUnchecked { trees[name] = .empty }
+    if logging { record(.createKeyspace(name)) }
+  }
+
+  /// Removes a keyspace and all its keys. Returns whether it existed.
+  @discardableResult
+  public func dropKeyspace(_ name: String) throws -> Bool {
+    try checkOpen()
+    guard trees[name] != nil else { return false }
+    mutateUnchecked { trees[name] = nil }
+    if logging { record(.dropKeyspace(name)) }
+    return true
+  }
+
+  private func mutateUnchecked(_ body: () -> Void) {
+    body()
+    changed = true
+  }
+
+  /// Applies a logged operation (recovery replay).
+  func apply(_ op: WALOperation) throws {
+    switch op {
+    case .put(let ks, let key, let value): try put(key, value, in: ks)
+    case .delete(let ks, let key): try delete(key, in: ks)
+    case .deleteRange(let ks, let start, let end): try deleteRange(KeyRange(from: start, to: end), in: ks)
+    case .createKeyspace(let ks): try createKeyspace(ks)
+    case .dropKeyspace(let ks): try dropKeyspace(ks)
+    }
+  }
+
+  // MARK: Ending
+
+  /// Makes every change durable and visible to new snapshots, atomically.
+  ///
+  /// In ``Durability/full`` mode it returns once the WAL record is fsynced
+  /// (possibly sharing the fsync with other committers). A transaction that
+  /// changed nothing commits without writing.
+  ///
+  /// - Throws: ``EngineError/Code/poisoned`` or ``EngineError/Code/io`` if
+  ///   the write or fsync failed: the commit is then not acknowledged, and
+  ///   the store refuses writes until reopened.
+  public func commit() throws {
+    try checkOpen()
+    state = .committed
+    try database.commit(self)
+  }
+
+  /// Discards every change. Does nothing if already committed or rolled back.
+  public func rollback() {
+    guard isOpenOrFailed else { return }
+    state = .rolledBack
+    if logging { database.gate.release() }
+  }
+
+  // MARK: Reading
+
+  public func get(_ key: [UInt8], in keyspace: String) throws -> [UInt8]? {
+    try checkOpen()
+    return try trees[keyspace]?.get(key, context)
+  }
+
+  /// A cursor over the transaction's state as it is now; later writes in
+  /// this transaction are not seen by it.
+  public func cursor(in keyspace: String, range: KeyRange) throws -> Cursor {
+    try checkOpen()
+    // Freeze: nodes so far become immutable for this transaction, so the
+    // cursor's view cannot change under it.
+    owner = database.nextGeneration()
+    return try Cursor(tree: trees[keyspace] ?? .empty, context: context, range: range) { [weak self] in
+      self?.isOpen ?? false
+    }
+  }
+
+  public func count(in keyspace: String, range: KeyRange) throws -> UInt64 {
+    try checkOpen()
+    guard let tree = trees[keyspace] else { return 0 }
+    if range == .all { return tree.count }
+    return try tree.count(in: range, context)
+  }
+
+  public func keyspaces() throws -> [String] {
+    try checkOpen()
+    return trees.keys.sorted()
+  }
+}
