@@ -77,20 +77,24 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
 
   enum Decision {
     case proceed
+    /// An injected I/O error: the operation failed, the process lives on.
     case fail(String)
+    /// The simulated process is dead: nothing more reaches the kernel, but
+    /// what already did stays in its page cache.
+    case crashed(String)
     case tear(Int)
   }
 
   /// Counts one mutating operation and decides its fate.
   func decide(_ operation: Operation) -> Decision {
     lock.withLock {
-      if crashed { return .fail("simulated crash: the process is dead") }
+      if crashed { return .crashed("simulated crash: the process is dead") }
       operations += 1
       if let countdown = crashCountdown {
         if countdown <= 0 {
           crashed = true
           injected += 1
-          return .fail("simulated crash before \(operation) #\(operations)")
+          return .crashed("simulated crash before \(operation) #\(operations)")
         }
         crashCountdown = countdown - 1
       }
@@ -113,7 +117,10 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
   }
 
   private func check(_ operation: Operation, path: String) throws {
-    if case .fail(let why) = decide(operation) { throw EngineError(.io, why, path: path) }
+    switch decide(operation) {
+    case .proceed, .tear: return
+    case .fail(let why), .crashed(let why): throw EngineError(.io, why, path: path)
+    }
   }
 
   // MARK: FileSystem
@@ -169,7 +176,7 @@ final class FaultInjectingFile: StorageFile, @unchecked Sendable {
   func write(_ bytes: [UInt8], at offset: UInt64) throws {
     switch fs.decide(.write) {
     case .proceed: try base.write(bytes, at: offset)
-    case .fail(let why): throw EngineError(.io, why, path: path)
+    case .fail(let why), .crashed(let why): throw EngineError(.io, why, path: path)
     case .tear(let keep):
       try base.write(Array(bytes.prefix(keep)), at: offset)
       throw EngineError(.io, "simulated torn write: \(min(keep, bytes.count)) of \(bytes.count) bytes landed", path: path)
@@ -179,15 +186,22 @@ final class FaultInjectingFile: StorageFile, @unchecked Sendable {
   func size() throws -> UInt64 { try base.size() }
 
   func truncate(to size: UInt64) throws {
-    if case .fail(let why) = fs.decide(.truncate) { throw EngineError(.io, why, path: path) }
+    switch fs.decide(.truncate) {
+    case .proceed, .tear: break
+    case .fail(let why), .crashed(let why): throw EngineError(.io, why, path: path)
+    }
     try base.truncate(to: size)
   }
 
   func sync() throws {
-    if case .fail(let why) = fs.decide(.sync) {
+    switch fs.decide(.sync) {
+    case .proceed, .tear: break
+    case .fail(let why):
       // Linux marks the dirty pages clean after a failed fsync: they are
       // never written, and the next fsync succeeds.
       (base as? MemoryFile)?.forgetUnsyncedWrites()
+      throw EngineError(.io, why, path: path)
+    case .crashed(let why):
       throw EngineError(.io, why, path: path)
     }
     try base.sync()

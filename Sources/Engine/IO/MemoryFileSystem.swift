@@ -23,6 +23,10 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
     /// kept torn at a random byte; directories keep a random prefix of their
     /// unsynced changes. The same seed gives the same image.
     case random(seed: UInt64)
+    /// Each unsynced write independently landed whole, landed torn at a
+    /// random byte, or was lost: the disk reordered them freely. Directory
+    /// changes keep a random prefix. The same seed gives the same image.
+    case reordered(seed: UInt64)
   }
 
   final class Inode {
@@ -243,7 +247,13 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
   /// The result is a new, independent file system with no locks held.
   public func powerLoss(_ model: PowerLoss) -> MemoryFileSystem {
     lock.withLock {
-      var rng = SplitMix64(seed: { if case .random(let s) = model { return s } else { return 0 } }())
+      var rng = SplitMix64(
+        seed: {
+          switch model {
+          case .random(let s), .reordered(let s): return s
+          default: return 0
+          }
+        }())
       let result = MemoryFileSystem()
       result.directories = durableDirectories
       result.durableDirectories = durableDirectories
@@ -256,7 +266,7 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
         switch model {
         case .dropUnsynced: keep = 0
         case .keepUnsynced: keep = ops.count
-        case .random: keep = Int(rng.next() % UInt64(ops.count + 1))
+        case .random, .reordered: keep = Int(rng.next() % UInt64(ops.count + 1))
         }
         for (_, op) in ops.prefix(keep) { apply(op, to: &table) }
       }
@@ -289,6 +299,15 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
               Self.applyWrite(Array(bytes.prefix(Int(rng.next() % UInt64(bytes.count + 1)))), at: offset, to: &data)
             } else {
               Self.apply(op, to: &data)
+            }
+          }
+        case .reordered:
+          for (_, op) in inode.unsynced {
+            switch (op, rng.next() % 3) {
+            case (.truncate, _), (.write, 0): Self.apply(op, to: &data)
+            case (.write(let offset, let bytes), 1):
+              Self.applyWrite(Array(bytes.prefix(Int(rng.next() % UInt64(bytes.count + 1)))), at: offset, to: &data)
+            default: break
             }
           }
         }

@@ -1,0 +1,288 @@
+import Engine
+import Foundation
+import Testing
+
+@Suite struct DatabaseTests {
+  @Test func putGetDeleteAndOverwrite() throws {
+    let db = try Database.inMemory()
+    try db.write { tx in
+      try tx.put(b("a"), b("1"), in: "ks")
+      try tx.put(b("b"), b("2"), in: "ks")
+      try tx.put(b("a"), b("3"), in: "ks")
+      #expect(try tx.get(b("a"), in: "ks") == b("3"))
+    }
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == b("3"))
+    #expect(try db.read { try $0.get(b("b"), in: "ks") } == b("2"))
+    #expect(try db.read { try $0.get(b("c"), in: "ks") } == nil)
+    let removed = try db.write { try $0.delete(b("a"), in: "ks") }
+    #expect(removed)
+    #expect(try db.write { try $0.delete(b("a"), in: "ks") } == false)
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == nil)
+    #expect(try db.read { try $0.count(in: "ks") } == 1)
+  }
+
+  @Test func keyspacesAreCreatedOnFirstUseListedAndDropped() throws {
+    let db = try Database.inMemory()
+    try db.write { tx in
+      try tx.put(b("k"), b("v"), in: "zeta")
+      try tx.put(b("k"), b("w"), in: "alpha")
+      try tx.createKeyspace("empty")
+    }
+    #expect(try db.read { try $0.keyspaces() } == ["alpha", "empty", "zeta"])
+    #expect(try db.read { try $0.get(b("k"), in: "alpha") } == b("w"))
+    #expect(try db.write { try $0.dropKeyspace("zeta") })
+    #expect(try db.read { try $0.keyspaces() } == ["alpha", "empty"])
+    #expect(try db.read { try $0.get(b("k"), in: "zeta") } == nil)
+    #expect(try db.read { try $0.count(in: "nosuch") } == 0)
+  }
+
+  @Test func keyspacesSurviveReopen() throws {
+    let fs = MemoryFileSystem()
+    do {
+      let db = try Database.open(at: "/s", options: memoryOptions(fs))
+      try db.write { tx in
+        try tx.createKeyspace("empty")
+        try tx.put(b("x"), b("y"), in: "full")
+      }
+      try db.close()
+    }
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    #expect(try db.read { try $0.keyspaces() } == ["empty", "full"])
+    #expect(try db.read { try $0.get(b("x"), in: "full") } == b("y"))
+    try db.close()
+  }
+
+  @Test func aThrowingClosureRollsEverythingBack() throws {
+    struct Boom: Error {}
+    let db = try Database.inMemory()
+    try db.write { try $0.put(b("keep"), b("1"), in: "ks") }
+    #expect(throws: Boom.self) {
+      try db.write { tx in
+        try tx.put(b("keep"), b("2"), in: "ks")
+        try tx.put(b("new"), b("x"), in: "other")
+        try tx.deleteRange(KeyRange.all, in: "ks")
+        throw Boom()
+      }
+    }
+    #expect(try db.read { try $0.get(b("keep"), in: "ks") } == b("1"))
+    #expect(try db.read { try $0.keyspaces() } == ["ks"])
+    // The gate was released: another write goes through.
+    try db.write { try $0.put(b("after"), b("1"), in: "ks") }
+    #expect(try db.read { try $0.count(in: "ks") } == 2)
+  }
+
+  @Test func explicitBeginCommitAndRollback() throws {
+    let db = try Database.inMemory()
+    let tx = try db.beginWrite()
+    try tx.put(b("a"), b("1"), in: "ks")
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == nil)  // not yet visible
+    try tx.commit()
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == b("1"))
+    #expect(throws: EngineError.self) { try tx.put(b("b"), b("2"), in: "ks") }
+
+    let tx2 = try db.beginWrite()
+    try tx2.put(b("a"), b("2"), in: "ks")
+    tx2.rollback()
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == b("1"))
+
+    // A transaction dropped without commit rolls back and frees the writer.
+    do {
+      let tx3 = try db.beginWrite()
+      try tx3.put(b("a"), b("3"), in: "ks")
+    }
+    try db.write { try $0.put(b("z"), b("z"), in: "ks") }
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == b("1"))
+  }
+
+  @Test func aTransactionCanMoveBetweenThreads() async throws {
+    let db = try Database.inMemory()
+    let tx = try db.beginWrite()
+    try tx.put(b("a"), b("1"), in: "ks")
+    let committed = try await Task.detached { [tx] in
+      try tx.commit()
+      return true
+    }.value
+    #expect(committed)
+    try db.write { try $0.put(b("b"), b("2"), in: "ks") }
+    #expect(try db.read { try $0.count(in: "ks") } == 2)
+  }
+
+  @Test func oversizedKeysValuesAndBadNamesAreErrors() throws {
+    let db = try Database.inMemory()
+    try db.write { tx in
+      #expect {
+        try tx.put([UInt8](repeating: 1, count: Limits.maxKeySize + 1), b("v"), in: "ks")
+      } throws: { ($0 as? EngineError)?.code == .keyTooLarge }
+      #expect {
+        try tx.put(b("k"), [UInt8](repeating: 1, count: Limits.maxValueSize + 1), in: "ks")
+      } throws: { ($0 as? EngineError)?.code == .valueTooLarge }
+      #expect { try tx.put(b("k"), b("v"), in: "") } throws: { ($0 as? EngineError)?.code == .invalidArgument }
+      #expect {
+        try tx.put(b("k"), b("v"), in: String(repeating: "n", count: 256))
+      } throws: { ($0 as? EngineError)?.code == .invalidArgument }
+      // The limits themselves are fine.
+      try tx.put([UInt8](repeating: 2, count: Limits.maxKeySize), b("v"), in: "ks")
+    }
+    #expect(try db.read { try $0.count(in: "ks") } == 1)
+  }
+
+  @Test func emptyKeysAndEmptyValuesAreAllowed() throws {
+    let db = try Database.inMemory()
+    try db.write { tx in
+      try tx.put([], b("empty key"), in: "ks")
+      try tx.put(b("k"), [], in: "ks")
+    }
+    #expect(try db.read { try $0.get([], in: "ks") } == b("empty key"))
+    #expect(try db.read { try $0.get(b("k"), in: "ks") } == [])
+  }
+
+  @Test func largeValuesRoundTripThroughCheckpointsAndReopen() throws {
+    let fs = MemoryFileSystem()
+    var rng = SplitMix64(seed: 7)
+    let big = (0..<300_000).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    let text = Array(String(repeating: "compressible text ", count: 5_000).utf8)
+    do {
+      let db = try Database.open(at: "/s", options: memoryOptions(fs))
+      try db.write { tx in
+        try tx.put(b("big"), big, in: "ks")
+        try tx.put(b("text"), text, in: "ks")
+        try tx.put(b("small"), b("s"), in: "ks")
+      }
+      try db.checkpoint()
+      #expect(try db.read { try $0.get(b("big"), in: "ks") } == big)
+      try db.write { try $0.put(b("big2"), big, in: "ks") }
+      try db.close()
+    }
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    #expect(try db.read { try $0.get(b("big"), in: "ks") } == big)
+    #expect(try db.read { try $0.get(b("big2"), in: "ks") } == big)
+    #expect(try db.read { try $0.get(b("text"), in: "ks") } == text)
+    #expect(try db.snapshot().verify().isClean)
+    // The text value was compressed: the data file is far smaller than what it holds.
+    #expect(fs.contents(of: "/s/cairn.data")!.count < 2 * big.count + text.count / 2)
+    try db.close()
+  }
+
+  @Test func closedDatabaseRefusesWorkAndSnapshotsFail() throws {
+    let db = try Database.inMemory()
+    try db.write { try $0.put(b("a"), b("1"), in: "ks") }
+    let snap = try db.snapshot()
+    try db.close()
+    try db.close()  // twice is fine
+    #expect { try db.write { try $0.put(b("a"), b("2"), in: "ks") } } throws: {
+      ($0 as? EngineError)?.code == .closed
+    }
+    #expect { try snap.get(b("a"), in: "ks") } throws: { ($0 as? EngineError)?.code == .closed }
+    #expect { try db.snapshot() } throws: { ($0 as? EngineError)?.code == .closed }
+  }
+
+  @Test func aSecondWriterIsLockedOutAtOnce() throws {
+    let folder = TempFolder()
+    let db = try Database.open(at: folder.path)
+    #expect { try Database.open(at: folder.path) } throws: { ($0 as? EngineError)?.code == .locked }
+    var ro = Options()
+    ro.readOnly = true
+    #expect { try Database.open(at: folder.path, options: ro) } throws: { ($0 as? EngineError)?.code == .locked }
+    try db.close()
+    // Released on close.
+    let again = try Database.open(at: folder.path)
+    try again.close()
+  }
+
+  @Test func readOnlyStoresServeReadsAndRefuseWrites() throws {
+    let folder = TempFolder()
+    do {
+      let db = try Database.open(at: folder.path)
+      try db.write { try $0.put(b("a"), b("1"), in: "ks") }
+      try db.close()
+    }
+    var ro = Options()
+    ro.readOnly = true
+    let r1 = try Database.open(at: folder.path, options: ro)
+    let r2 = try Database.open(at: folder.path, options: ro)  // readers share
+    #expect(try r1.read { try $0.get(b("a"), in: "ks") } == b("1"))
+    #expect { try r1.write { try $0.put(b("b"), b("2"), in: "ks") } } throws: {
+      ($0 as? EngineError)?.code == .readOnly
+    }
+    #expect { try Database.open(at: folder.path) } throws: { ($0 as? EngineError)?.code == .locked }
+    try r1.close()
+    try r2.close()
+  }
+
+  @Test func filesAreCreatedWithMode0600() throws {
+    let folder = TempFolder()
+    let db = try Database.open(at: folder.path)
+    try db.write { try $0.put(b("a"), b("1"), in: "ks") }
+    for name in ["cairn.data", "cairn.wal", "cairn.lock"] {
+      let attrs = try FileManager.default.attributesOfItem(atPath: folder.path + "/" + name)
+      #expect((attrs[.posixPermissions] as? NSNumber)?.intValue == 0o600, "\(name)")
+    }
+    try db.close()
+  }
+
+  @Test func openingSomethingElseIsNotAStore() throws {
+    let folder = TempFolder()
+    try FileManager.default.createDirectory(atPath: folder.path, withIntermediateDirectories: true)
+    _ = FileManager.default.createFile(atPath: folder.path + "/notes.txt", contents: Data("hello".utf8))
+    #expect { try Database.open(at: folder.path) } throws: { ($0 as? EngineError)?.code == .notAStore }
+    // A plain file instead of a folder.
+    #expect { try Database.open(at: folder.path + "/notes.txt") } throws: {
+      ($0 as? EngineError)?.code == .notAStore
+    }
+    var noCreate = Options()
+    noCreate.createIfMissing = false
+    #expect { try Database.open(at: folder.sub("missing"), options: noCreate) } throws: {
+      ($0 as? EngineError)?.code == .notAStore
+    }
+    // A random file named like a data file.
+    let fake = folder.sub("fake")
+    try FileManager.default.createDirectory(atPath: fake, withIntermediateDirectories: true)
+    _ = FileManager.default.createFile(atPath: fake + "/cairn.data", contents: Data((0..<500).map { UInt8($0 % 251) }))
+    #expect { try Database.open(at: fake) } throws: { ($0 as? EngineError)?.code == .notAStore }
+  }
+
+  @Test func invalidOptionsAreRejected() throws {
+    var o = Options()
+    o.nodeSize = 100
+    #expect { try Database.inMemory(options: o) } throws: { ($0 as? EngineError)?.code == .invalidArgument }
+    o = Options()
+    o.durability = .normal(syncIntervalMilliseconds: 0)
+    #expect { try Database.inMemory(options: o) } throws: { ($0 as? EngineError)?.code == .invalidArgument }
+  }
+
+  @Test func manyKeysSplitAndMergeAndVerify() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 512))
+    try db.write { tx in
+      for i in stride(from: 0, to: 20_000, by: 1) { try tx.put(key(i), key(i * 7), in: "ks") }
+    }
+    #expect(try db.snapshot().verify().isClean)
+    try db.checkpoint()
+    try db.write { tx in
+      for i in stride(from: 0, to: 20_000, by: 3) { try tx.delete(key(i), in: "ks") }
+    }
+    let snap = try db.snapshot()
+    let report = snap.verify()
+    #expect(report.isClean, "\(report.problems.prefix(5))")
+    #expect(try snap.count(in: "ks") == 20_000 - 6_667)
+    #expect(try snap.get(key(1), in: "ks") == key(7))
+    #expect(try snap.get(key(3), in: "ks") == nil)
+    try db.close()
+  }
+
+  @Test func normalDurabilityCommitsAndFlushes() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs, durability: .normal(syncIntervalMilliseconds: 5)))
+    try db.write { try $0.put(b("a"), b("1"), in: "ks") }
+    #expect(try db.read { try $0.get(b("a"), in: "ks") } == b("1"))
+    // The background flush makes it durable within the interval.
+    var durable = false
+    for _ in 0..<400 where !durable {
+      usleep(5_000)
+      let image = fs.powerLoss(.dropUnsynced)
+      durable = (try? Database.open(at: "/s", options: memoryOptions(image)).read { try $0.get(b("a"), in: "ks") }) == b("1")
+    }
+    #expect(durable)
+    try db.close()
+  }
+}

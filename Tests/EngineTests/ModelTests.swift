@@ -1,0 +1,223 @@
+import Engine
+import Foundation
+import Testing
+
+/// Random operations against the engine and against a plain dictionary,
+/// compared as they go. Replay a failure with CAIRN_SEED=<seed>; change the
+/// length with CAIRN_MODEL_OPS.
+@Suite struct ModelTests {
+  typealias Space = [[UInt8]: [UInt8]]
+
+  struct Model {
+    var committed: [String: Space] = [:]
+    var working: [String: Space] = [:]
+
+    func sortedKeys(_ ks: String, in range: KeyRange) -> [[UInt8]] {
+      (working[ks] ?? [:]).keys.filter { range.contains($0) }.sorted(by: lexLess)
+    }
+  }
+
+  static let keyspaces = ["alpha", "beta", "gamma"]
+
+  @Test func randomOperationsMatchADictionary() throws {
+    let seed = testSeed()
+    let ops = Int(ProcessInfo.processInfo.environment["CAIRN_MODEL_OPS"] ?? "") ?? 100_000
+    var rng = SplitMix64(seed: seed)
+    let fs = MemoryFileSystem()
+    // Small nodes make deep trees out of a few thousand keys; a low
+    // checkpoint threshold makes checkpoints happen by themselves too.
+    let options = memoryOptions(fs, nodeSize: 512, checkpointThreshold: 256 << 10)
+    var db = try Database.open(at: "/model", options: options)
+    var model = Model()
+    var tx: WriteTransaction?
+    var snapshot: (snap: Snapshot, model: [String: Space])?
+    var step = 0
+    var commits = 0
+
+    func fail(_ what: String) -> Comment { "seed \(seed), step \(step): \(what)" }
+
+    func randomKey() -> [UInt8] {
+      switch rng.next() % 20 {
+      case 0: return []
+      case 1: return (0..<Int(rng.next() % 40)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+      default: return key(Int(rng.next() % 3000), width: 5)
+      }
+    }
+
+    func randomValue() -> [UInt8] {
+      let n: Int
+      switch rng.next() % 50 {
+      case 0: n = 200 + Int(rng.next() % 3000)  // out-of-line large values
+      case 1: n = 0
+      default: n = Int(rng.next() % 60)
+      }
+      let fill = UInt8(truncatingIfNeeded: rng.next())
+      return (0..<n).map { i in fill &+ UInt8(truncatingIfNeeded: i) }
+    }
+
+    func randomRange() -> KeyRange {
+      switch rng.next() % 8 {
+      case 0: return .all
+      case 1: return KeyRange(from: key(Int(rng.next() % 3000), width: 5), to: nil)
+      case 2: return KeyRange(from: nil, to: key(Int(rng.next() % 3000), width: 5))
+      case 3:
+        let k = key(Int(rng.next() % 3000), width: 5)
+        return KeyRange(from: k, to: k + [0])  // a single key
+      case 4: return KeyRange(from: b("9"), to: b("99"))  // beyond the end
+      case 5: return .prefix(Array(key(Int(rng.next() % 3000), width: 5).prefix(3)))
+      default:
+        let a = Int(rng.next() % 3000)
+        let c = a + Int(rng.next() % 400)
+        return KeyRange(from: key(a, width: 5), to: key(c, width: 5))
+      }
+    }
+
+    func open() throws -> WriteTransaction {
+      if let tx { return tx }
+      let t = try db.beginWrite()
+      tx = t
+      model.working = model.committed
+      return t
+    }
+
+    func compareAll(_ reader: some KeyValueReader, _ expected: [String: Space], _ what: String) throws {
+      let names = expected.keys.sorted()
+      #expect(try reader.keyspaces() == names, fail("\(what): keyspaces"))
+      for ks in names {
+        let got = try reader.entries(in: ks)
+        let want = expected[ks]!.sorted { lexLess($0.key, $1.key) }
+        #expect(got.count == want.count, fail("\(what): \(ks) holds \(got.count), expected \(want.count)"))
+        #expect(got.map(\.key) == want.map(\.key), fail("\(what): \(ks) keys differ"))
+        #expect(got.map(\.value) == want.map(\.value), fail("\(what): \(ks) values differ"))
+        #expect(try reader.count(in: ks) == UInt64(want.count), fail("\(what): \(ks) count"))
+      }
+    }
+
+    func compareSample(_ reader: some KeyValueReader, _ expected: [String: Space]) throws {
+      for ks in Self.keyspaces {
+        #expect(try reader.count(in: ks) == UInt64(expected[ks]?.count ?? 0), fail("count of \(ks)"))
+        for _ in 0..<8 {
+          let k = randomKey()
+          #expect(try reader.get(k, in: ks) == expected[ks]?[k], fail("get in \(ks)"))
+        }
+      }
+    }
+
+    for s in 0..<ops {
+      step = s
+      let roll = rng.next() % 1000
+      let ks = Self.keyspaces[Int(rng.next() % 3)]
+      switch roll {
+      case 0..<430:  // put
+        let t = try open()
+        let k = randomKey()
+        let v = randomValue()
+        try t.put(k, v, in: ks)
+        model.working[ks, default: [:]][k] = v
+        #expect(try t.get(k, in: ks) == v, fail("get after put"))
+      case 430..<580:  // delete
+        let t = try open()
+        let k = randomKey()
+        let existed = try t.delete(k, in: ks)
+        let modelExisted = model.working[ks]?.removeValue(forKey: k) != nil
+        #expect(existed == modelExisted, fail("delete reported \(existed)"))
+        #expect(try t.get(k, in: ks) == nil, fail("get after delete"))
+      case 580..<620:  // deleteRange
+        let t = try open()
+        let r = randomRange()
+        let expected = model.sortedKeys(ks, in: r)
+        let removed = try t.deleteRange(r, in: ks)
+        for k in expected { model.working[ks]?[k] = nil }
+        #expect(removed == UInt64(expected.count), fail("deleteRange removed \(removed), expected \(expected.count)"))
+        #expect(try t.count(in: ks, range: r) == 0, fail("range not empty after deleteRange"))
+        #expect(try t.count(in: ks) == UInt64(model.working[ks]?.count ?? 0), fail("count after deleteRange"))
+      case 620..<700:  // count(range), skip(n) and a cursor walk over a range
+        let reader: any KeyValueReader = try tx ?? db.snapshot()
+        let view = tx != nil ? model.working : model.committed
+        let r = randomRange()
+        let expected = (view[ks] ?? [:]).keys.filter { r.contains($0) }.sorted(by: lexLess)
+        #expect(try reader.count(in: ks, range: r) == UInt64(expected.count), fail("count(range)"))
+        let c = try reader.cursor(in: ks, range: r)
+        let n = Int(rng.next() % UInt64(expected.count + 2))
+        try c.seek(toOffset: UInt64(n))
+        #expect(try c.next()?.key == (n < expected.count ? expected[n] : nil), fail("seek(toOffset: \(n))"))
+        if rng.next() % 4 == 0 {
+          var forward: [[UInt8]] = []
+          try c.seekToFirst()
+          while let e = try c.next() { forward.append(e.key) }
+          #expect(forward == expected, fail("forward walk"))
+          var backward: [[UInt8]] = []
+          while let e = try c.previous() { backward.append(e.key) }
+          #expect(backward == expected.reversed(), fail("backward walk"))
+        } else if !expected.isEmpty {
+          let probe = expected[Int(rng.next() % UInt64(expected.count))]
+          try c.seek(to: probe)
+          #expect(try c.next()?.key == probe, fail("seek(to:) an existing key"))
+          let before = try c.previous()
+          #expect(before?.key == probe, fail("previous after next"))
+        }
+      case 700..<790:  // get of a random key
+        let reader: any KeyValueReader = try tx ?? db.snapshot()
+        let view = tx != nil ? model.working : model.committed
+        let k = randomKey()
+        #expect(try reader.get(k, in: ks) == view[ks]?[k], fail("get"))
+      case 790..<830:  // create or drop a keyspace
+        let t = try open()
+        if rng.next() % 3 == 0 {
+          let existed = try t.dropKeyspace(ks)
+          #expect(existed == (model.working.removeValue(forKey: ks) != nil), fail("drop"))
+        } else {
+          try t.createKeyspace(ks)
+          if model.working[ks] == nil { model.working[ks] = [:] }
+        }
+      case 830..<930:  // commit
+        guard let t = tx else { continue }
+        try t.commit()
+        tx = nil
+        model.committed = model.working
+        commits += 1
+        let snap = try db.snapshot()
+        if commits % 25 == 0 {
+          try compareAll(snap, model.committed, "after commit")
+        } else {
+          try compareSample(snap, model.committed)
+        }
+      case 930..<960:  // rollback
+        guard let t = tx else { continue }
+        t.rollback()
+        tx = nil
+        model.working = model.committed
+        try compareSample(try db.snapshot(), model.committed)
+      case 960..<975:  // hold a snapshot, or check and release the one held
+        if let held = snapshot {
+          try compareAll(held.snap, held.model, "old snapshot")
+          snapshot = nil
+        } else {
+          snapshot = (try db.snapshot(), model.committed)
+        }
+      case 975..<990:  // checkpoint
+        guard tx == nil else { continue }
+        try db.checkpoint()
+        let snap = try db.snapshot()
+        try compareAll(snap, model.committed, "after checkpoint")
+        let report = snap.verify()
+        #expect(report.isClean, fail("verify after checkpoint: \(report.problems.prefix(3))"))
+      default:  // close and reopen
+        tx?.rollback()
+        tx = nil
+        if let held = snapshot { try compareAll(held.snap, held.model, "old snapshot before close") }
+        snapshot = nil
+        try db.close()
+        db = try Database.open(at: "/model", options: options)
+        let snap = try db.snapshot()
+        try compareAll(snap, model.committed, "after reopen")
+        let report = snap.verify()
+        #expect(report.isClean, fail("verify after reopen: \(report.problems.prefix(3))"))
+      }
+    }
+    tx?.rollback()
+    try compareAll(try db.snapshot(), model.committed, "at the end")
+    try db.close()
+    #expect(commits > ops / 200, "seed \(seed): only \(commits) commits")
+  }
+}
