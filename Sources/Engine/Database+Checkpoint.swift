@@ -170,7 +170,8 @@ struct CheckpointWriter {
       }
       let payload = NodeCodec.encodeLeaf(leaf, largeRefs: largeRefs)
       let r = try append(.leaf, payload)
-      cache.insert(r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: store.path, offset: r.offset.rawValue)))
+      cache.insert(
+        r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: store.path, offset: r.offset.rawValue)))
       counters.nodesWritten.add(1)
       return DiskRef(offset: r.offset, length: r.length, subtreeBytes: UInt64(r.length) + largeBytes)
     case .memory(.branch(let branch)):

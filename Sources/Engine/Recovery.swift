@@ -145,13 +145,12 @@ enum Recovery {
   static func latestCommit(_ file: any StorageFile, size: UInt64, hint: UInt64, path: String) throws -> (
     CommitRecord, offset: UInt64, end: UInt64
   ) {
-    let minimum = UInt64(HeaderLayout.size + BlockLayout.header + CommitTrailerLayout.size)
-    if size >= minimum {
+    let minimum = UInt64(CommitTrailerLayout.minimumBlock)
+    if size >= UInt64(HeaderLayout.size) + minimum {
       let tail = try file.read(at: size - UInt64(CommitTrailerLayout.size), count: CommitTrailerLayout.size)
       let length = UInt64(tail.unsafeLoad(UInt32.self, at: 0))
       let magic = tail.unsafeLoad(UInt32.self, at: 4)
-      if magic == CommitTrailerLayout.magicValue, length >= minimum - UInt64(HeaderLayout.size),
-        length <= size - UInt64(HeaderLayout.size),
+      if magic == CommitTrailerLayout.magicValue, length >= minimum, length <= size - UInt64(HeaderLayout.size),
         let found = try? readCommit(file, at: size - length, path: path), found.end == size
       {
         return (found.record, size - length, size)

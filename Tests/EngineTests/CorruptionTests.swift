@@ -103,7 +103,8 @@ import Testing
     }
     #expect(positions >= 500)
     // Damage inside live blocks must be caught, not shrugged off.
-    #expect((outcomes["/store/cairn.data"]?[.errorOnRead] ?? 0) + (outcomes["/store/cairn.data"]?[.errorOnOpen] ?? 0) > 100)
+    #expect(
+      (outcomes["/store/cairn.data"]?[.errorOnRead] ?? 0) + (outcomes["/store/cairn.data"]?[.errorOnOpen] ?? 0) > 100)
     print("corruption (WAL left: \(leaveWAL)): \(positions) positions, \(outcomes), seed \(seed)")
   }
 }

@@ -94,7 +94,8 @@ import Testing
       let snap = try db.snapshot()
       let last = try snap.get(b("meta/last"), in: "crash").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
       #expect(
-        last >= highestAcknowledged, "seed \(seed) round \(round): found \(last), child acknowledged \(highestAcknowledged)")
+        last >= highestAcknowledged,
+        "seed \(seed) round \(round): found \(last), child acknowledged \(highestAcknowledged)")
       // No partial transaction: every slot holds the same number as meta/last.
       for slot in 0..<5 {
         let v = try snap.get(Array("slot/\(String(repeating: "0", count: 9))\(slot)".utf8), in: "crash")

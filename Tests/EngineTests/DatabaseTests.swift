@@ -280,7 +280,8 @@ import Testing
     for _ in 0..<400 where !durable {
       usleep(5_000)
       let image = fs.powerLoss(.dropUnsynced)
-      durable = (try? Database.open(at: "/s", options: memoryOptions(image)).read { try $0.get(b("a"), in: "ks") }) == b("1")
+      durable =
+        (try? Database.open(at: "/s", options: memoryOptions(image)).read { try $0.get(b("a"), in: "ks") }) == b("1")
     }
     #expect(durable)
     try db.close()

@@ -37,7 +37,10 @@ import Testing
           let large = rng.next() % 10 == 0
           let n = large ? 1500 + Int(rng.next() % 4000) : Int(rng.next() % 80)
           let fill = UInt8(truncatingIfNeeded: rng.next())
-          ops.append(.put(rng.next() % 4 == 0 ? "aux" : "main", key(Int(rng.next() % 300)), (0..<n).map { fill &+ UInt8(truncatingIfNeeded: $0) }))
+          ops.append(
+            .put(
+              rng.next() % 4 == 0 ? "aux" : "main", key(Int(rng.next() % 300)),
+              (0..<n).map { fill &+ UInt8(truncatingIfNeeded: $0) }))
         }
         if rng.next() % 6 == 0 { ops.append(.delete("main", key(Int(rng.next() % 300)))) }
         if rng.next() % 12 == 0 {
@@ -162,7 +165,9 @@ import Testing
     }
     #expect(images >= 1000, "only \(images) crash images")
     #expect(recoveredStates.count > 50, "recoveries covered only \(recoveredStates.count) distinct states")
-    print("power loss: \(total + 1) crash points × \(models(byModel)) = \(images) images, \(recoveredStates.count) distinct recovered states, seed \(seed)")
+    print(
+      "power loss: \(total + 1) crash points × \(models(byModel)) = \(images) images, \(recoveredStates.count) distinct recovered states, seed \(seed)"
+    )
   }
 
   private func models(_ counts: [String: Int]) -> String {
@@ -204,7 +209,8 @@ import Testing
       ($0 as? EngineError)?.code == .poisoned
     }
     try? db.close()
-    let reopened = try Database.open(at: "/store", options: memoryOptions(disk.powerLoss(.keepUnsynced(tearLastWriteAfter: nil))))
+    let reopened = try Database.open(
+      at: "/store", options: memoryOptions(disk.powerLoss(.keepUnsynced(tearLastWriteAfter: nil))))
     #expect(try reopened.read { try $0.get(b("a"), in: "ks") } == b("1"))
     #expect(try reopened.read { try $0.get(b("c"), in: "ks") } == nil)
     try reopened.close()

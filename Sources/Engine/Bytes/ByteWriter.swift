@@ -13,9 +13,15 @@ struct ByteWriter {
   var count: Int { bytes.count }
 
   @inline(__always) mutating func u8(_ v: UInt8) { bytes.append(v) }
-  @inline(__always) mutating func u16(_ v: UInt16) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-  @inline(__always) mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-  @inline(__always) mutating func u64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+  @inline(__always) mutating func u16(_ v: UInt16) {
+    withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+  }
+  @inline(__always) mutating func u32(_ v: UInt32) {
+    withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+  }
+  @inline(__always) mutating func u64(_ v: UInt64) {
+    withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+  }
 
   @inline(__always) mutating func append(_ v: [UInt8]) { bytes.append(contentsOf: v) }
   @inline(__always) mutating func append(_ v: ArraySlice<UInt8>) { bytes.append(contentsOf: v) }

@@ -76,7 +76,9 @@ struct CommitRecord: Equatable {
       let keys = try r.u64("key count of \(name)")
       let root: DiskRef?
       if rootOffset == 0 {
-        guard height == 0, keys == 0, rootLength == 0 else { throw r.error("empty keyspace \(name) has a height or count") }
+        guard height == 0, keys == 0, rootLength == 0 else {
+          throw r.error("empty keyspace \(name) has a height or count")
+        }
         root = nil
       } else {
         guard rootOffset >= UInt64(HeaderLayout.size), rootOffset < offset, Int(rootLength) >= BlockLayout.header,

@@ -43,17 +43,25 @@ struct FileHeader: Equatable {
     let f2 = try r.u64()
     let f3 = try r.u64()
     let stored = try r.u64("checksum")
-    let computed = Checksum.xxh3(bytes, 0..<HeaderLayout.checksum, seed: 0)
-    guard stored == computed else {
-      throw .corrupted("\(what) checksum mismatch (stored \(hex(stored)), computed \(hex(computed)))", path: path, offset: 0)
-    }
+    // The version first: a newer format may checksum its header differently.
     guard version == formatVersion else {
       throw EngineError(
         .unsupportedFormat, "\(what): format version \(version); this build reads version \(formatVersion)", path: path,
         offset: UInt64(HeaderLayout.version))
     }
+    let computed = Checksum.xxh3(bytes, 0..<HeaderLayout.checksum, seed: 0)
+    guard stored == computed else {
+      throw .corrupted(
+        "\(what) checksum mismatch (stored \(hex(stored)), computed \(hex(computed)))", path: path, offset: 0)
+    }
     guard length == UInt32(HeaderLayout.size) else {
       throw .corrupted("\(what): header length \(length), expected \(HeaderLayout.size)", path: path, offset: 12)
+    }
+    if kind == .data && (f2 != 0 || f3 != 0) {
+      throw .corrupted("\(what): reserved fields are not zero", path: path, offset: UInt64(HeaderLayout.field2))
+    }
+    if kind == .wal && f1 == 0 {
+      throw .corrupted("\(what): salt is zero", path: path, offset: UInt64(HeaderLayout.field1))
     }
     return FileHeader(kind: kind, version: version, storeID: storeID, field1: f1, field2: f2, field3: f3)
   }

@@ -80,4 +80,6 @@ enum CommitTrailerLayout {
   static let magic = blockLength + 4  // u32
   static let size = magic + 4
   static let magicValue: UInt32 = 0x5449_4D43  // "CMIT"
+  /// The smallest commit block: header, the fixed fields, no keyspace, trailer.
+  static let minimumBlock = BlockLayout.header + 8 + 8 + 8 + 4 + size  // 60
 }

@@ -56,7 +56,9 @@ enum NodeCodec {
   }
 
   /// Decodes a leaf payload read from the block at `offset`.
-  static func decodeLeaf(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError) -> LeafNode {
+  static func decodeLeaf(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError)
+    -> LeafNode
+  {
     var r = ByteReader(payload, path: path, base: offset, what: "leaf node")
     let count = Int(try r.u32("entry count"))
     guard count <= payload.count / LeafLayout.entrySize else {

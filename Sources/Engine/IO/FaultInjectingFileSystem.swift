@@ -179,7 +179,8 @@ final class FaultInjectingFile: StorageFile, @unchecked Sendable {
     case .fail(let why), .crashed(let why): throw EngineError(.io, why, path: path)
     case .tear(let keep):
       try base.write(Array(bytes.prefix(keep)), at: offset)
-      throw EngineError(.io, "simulated torn write: \(min(keep, bytes.count)) of \(bytes.count) bytes landed", path: path)
+      throw EngineError(
+        .io, "simulated torn write: \(min(keep, bytes.count)) of \(bytes.count) bytes landed", path: path)
     }
   }
 

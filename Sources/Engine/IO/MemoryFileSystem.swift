@@ -159,7 +159,8 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
     let path = Path.normalize(path)
     return try lock.withLock { () throws in
       guard directories.contains(path) else { throw EngineError(.io, "opendir failed: no such directory", path: path) }
-      let names = files.keys.filter { Path.parent($0) == path } + directories.filter { $0 != path && Path.parent($0) == path }
+      let names =
+        files.keys.filter { Path.parent($0) == path } + directories.filter { $0 != path && Path.parent($0) == path }
       return names.map { String($0.split(separator: "/").last ?? "") }.sorted()
     }
   }
@@ -237,7 +238,11 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
 
   static func applyTruncate(_ size: UInt64, to data: inout [UInt8]) {
     let n = Int(size)
-    if n < data.count { data.removeSubrange(n...) } else { data.append(contentsOf: repeatElement(0, count: n - data.count)) }
+    if n < data.count {
+      data.removeSubrange(n...)
+    } else {
+      data.append(contentsOf: repeatElement(0, count: n - data.count))
+    }
   }
 
   // MARK: Power loss

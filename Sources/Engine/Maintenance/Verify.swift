@@ -152,7 +152,8 @@ struct TreeChecker {
       for i in 0..<branch.childCount {
         let lo = branch.lowerBound(of: i, within: lower)
         let hi = branch.upperBound(of: i, within: upper)
-        guard let sub = visit(branch.children[i], level: level - 1, lower: lo, upper: hi, claimedCount: branch.counts[i])
+        guard
+          let sub = visit(branch.children[i], level: level - 1, lower: lo, upper: hi, claimedCount: branch.counts[i])
         else {
           bytes = nil
           total += branch.counts[i]
@@ -178,10 +179,14 @@ struct TreeChecker {
 /// A key for messages: text if printable, else hex; long keys shortened.
 func show(_ key: [UInt8]) -> String {
   let printable = key.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-  var s = printable ? "\"" + String(decoding: key.prefix(48), as: UTF8.self) + "\"" : "0x" + key.prefix(24).map { b in
-    let h = String(b, radix: 16)
-    return h.count == 1 ? "0" + h : h
-  }.joined()
+  var s =
+    printable
+    ? "\"" + String(decoding: key.prefix(48), as: UTF8.self) + "\""
+    : "0x"
+      + key.prefix(24).map { b in
+        let h = String(b, radix: 16)
+        return h.count == 1 ? "0" + h : h
+      }.joined()
   if key.count > (printable ? 48 : 24) { s += "…" }
   return s
 }

@@ -138,7 +138,8 @@ extension WALRecord {
   static func decodePayload(_ bytes: [UInt8], _ range: Range<Int>, position: UInt64, path: String)
     throws(EngineError) -> WALRecord
   {
-    var r = ByteReader(bytes, from: range.lowerBound, to: range.upperBound, path: path, base: 0, what: "WAL record at \(position)")
+    var r = ByteReader(
+      bytes, from: range.lowerBound, to: range.upperBound, path: path, base: 0, what: "WAL record at \(position)")
     let sequence = CommitSequence(try r.u64("sequence"))
     let synced = WALPosition(try r.u64("synced-through position"))
     let nameCount = Int(try r.u16("keyspace name count"))

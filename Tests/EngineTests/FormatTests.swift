@@ -1,0 +1,121 @@
+import Engine
+import Foundation
+import Testing
+
+@Suite struct FormatTests {
+  /// FORMAT.md §3.4.
+  @Test func theWorkedExampleIs72Bytes() throws {
+    let db = try Database.inMemory()
+    #expect(db.walSize == 64)
+    try db.write { try $0.put(b("user:1"), b("alice"), in: "users") }
+    #expect(db.walSize == 64 + 72)
+    try db.close()
+  }
+
+  @Test func dataFileStartsWithTheHeaderAndTheEmptyCommit() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    try db.close()
+    let data = fs.contents(of: "/s/cairn.data")!
+    #expect(Array(data[0..<8]) == b("CAIRNDAT"))
+    #expect(data[8] == 1 && data[9] == 0 && data[10] == 0 && data[11] == 0)  // version 1
+    #expect(data[64 + 8] == 4)  // the first block is a commit record
+    #expect(Array(data.suffix(4)) == b("CMIT"))
+    let wal = fs.contents(of: "/s/cairn.wal")!
+    #expect(wal.count == 64)
+    #expect(Array(wal[0..<8]) == b("CAIRNWAL"))
+  }
+
+  @Test func aNewerFormatVersionIsRefused() throws {
+    let fs = MemoryFileSystem()
+    try Database.open(at: "/s", options: memoryOptions(fs)).close()
+    var data = fs.contents(of: "/s/cairn.data")!
+    data[8] = 2
+    fs.setContents(of: "/s/cairn.data", to: data)
+    #expect { try Database.open(at: "/s", options: memoryOptions(fs)) } throws: {
+      ($0 as? EngineError)?.code == .unsupportedFormat
+    }
+  }
+
+  // MARK: Golden files
+
+  static let fixtureFolder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .deletingLastPathComponent().appendingPathComponent("Fixtures/v1-mixed")
+
+  /// What the v1-mixed fixture holds.
+  static var fixtureContents: [String: [[UInt8]: [UInt8]]] {
+    var users: [[UInt8]: [UInt8]] = [:]
+    for i in 0..<300 where !(100..<150).contains(i) && !(200..<210).contains(i) && i != 0 {
+      users[b("user:\(String(format: "%04d", i))")] = b("name-\(i)")
+    }
+    users[b("user:0999")] = b("late")
+    return [
+      "users": users,
+      "blobs": [b("big"): (0..<5_000).map { UInt8(truncatingIfNeeded: $0 * 31) }],
+      "empty": [:],
+    ]
+  }
+
+  /// Writes the fixture: a checkpointed part and a WAL with three more commits.
+  /// Run with CAIRN_WRITE_FIXTURES=1 only when the format version changes.
+  static func writeFixture() throws -> MemoryFileSystem {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/fx", options: memoryOptions(fs, nodeSize: 512))
+    try db.write { tx in
+      for i in 0..<300 { try tx.put(b("user:\(String(format: "%04d", i))"), b("name-\(i)"), in: "users") }
+      try tx.put(b("big"), (0..<5_000).map { UInt8(truncatingIfNeeded: $0 * 31) }, in: "blobs")
+      try tx.createKeyspace("empty")
+      try tx.put(b("x"), b("y"), in: "temp")
+    }
+    try db.write { try $0.deleteRange(from: b("user:0100"), to: b("user:0150"), in: "users") }
+    try db.checkpoint()
+    try db.write { try $0.put(b("user:0999"), b("late"), in: "users") }
+    try db.write { try $0.delete(b("user:0000"), in: "users") }
+    try db.write { tx in
+      try tx.deleteRange(from: b("user:0200"), to: b("user:0210"), in: "users")
+      try tx.dropKeyspace("temp")
+    }
+    return fs.powerLoss(.dropUnsynced)  // as a killed process leaves it: WAL not checkpointed
+  }
+
+  @Test func version1FilesStillRead() throws {
+    if ProcessInfo.processInfo.environment["CAIRN_WRITE_FIXTURES"] == "1" {
+      let image = try Self.writeFixture()
+      try FileManager.default.createDirectory(at: Self.fixtureFolder, withIntermediateDirectories: true)
+      for name in ["cairn.data", "cairn.wal"] {
+        try Data(image.contents(of: "/fx/" + name)!).write(to: Self.fixtureFolder.appendingPathComponent(name))
+      }
+    }
+    func load() throws -> MemoryFileSystem {
+      let fs = MemoryFileSystem()
+      try fs.createDirectory("/fx")
+      for name in ["cairn.data", "cairn.wal"] {
+        let bytes = try Data(contentsOf: Self.fixtureFolder.appendingPathComponent(name))
+        fs.setContents(of: "/fx/" + name, to: Array(bytes))
+      }
+      return fs
+    }
+    // The WAL really holds commits to replay.
+    #expect(try load().contents(of: "/fx/cairn.wal")!.count > 64)
+
+    // Read-only: replayed in memory, files untouched.
+    var ro = memoryOptions(try load(), nodeSize: 512)
+    ro.readOnly = true
+    let reader = try Database.open(at: "/fx", options: ro)
+    let snap = try reader.snapshot()
+    #expect(try snap.keyspaces() == ["blobs", "empty", "users"])
+    for (ks, expected) in Self.fixtureContents { #expect(try contents(snap, ks) == expected, "\(ks)") }
+    #expect(snap.verify().isClean)
+    try reader.close()
+
+    // Writable: recovered, checkpointed, and extended.
+    let fs = try load()
+    let db = try Database.open(at: "/fx", options: memoryOptions(fs, nodeSize: 512))
+    try db.write { try $0.put(b("new"), b("1"), in: "users") }
+    try db.close()
+    let again = try Database.open(at: "/fx", options: memoryOptions(fs, nodeSize: 512))
+    #expect(try again.read { try $0.count(in: "users") } == UInt64(Self.fixtureContents["users"]!.count + 1))
+    #expect(try again.read { try $0.get(b("big"), in: "blobs") } == Self.fixtureContents["blobs"]![b("big")])
+    try again.close()
+  }
+}
