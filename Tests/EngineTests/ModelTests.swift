@@ -19,14 +19,31 @@ import Testing
 
   static let keyspaces = ["alpha", "beta", "gamma"]
 
-  @Test func randomOperationsMatchADictionary() throws {
+  /// The configurations: small nodes make deep trees out of a few thousand
+  /// keys; a 64 KiB cache keeps evicting; 4 KiB nodes hold enough updates to
+  /// compact their buffers. A low checkpoint threshold makes checkpoints
+  /// happen by themselves too.
+  struct Configuration: Sendable, CustomTestStringConvertible {
+    var nodeSize: Int
+    var cacheSize: Int
+    var operations: Int
+    var testDescription: String { "\(nodeSize)-byte nodes, \(cacheSize >> 10) KiB cache, \(operations) ops" }
+  }
+
+  static let configurations = [
+    Configuration(nodeSize: 512, cacheSize: 128 << 20, operations: 100_000),
+    Configuration(nodeSize: 4096, cacheSize: 64 << 10, operations: 30_000),
+  ]
+
+  @Test(arguments: configurations)
+  func randomOperationsMatchADictionary(_ configuration: Configuration) throws {
     let seed = testSeed()
-    let ops = Int(ProcessInfo.processInfo.environment["CAIRN_MODEL_OPS"] ?? "") ?? 100_000
+    let scale = Double(ProcessInfo.processInfo.environment["CAIRN_MODEL_OPS"] ?? "") ?? 100_000
+    let ops = Int(Double(configuration.operations) * scale / 100_000)
     var rng = SplitMix64(seed: seed)
     let fs = MemoryFileSystem()
-    // Small nodes make deep trees out of a few thousand keys; a low
-    // checkpoint threshold makes checkpoints happen by themselves too.
-    let options = memoryOptions(fs, nodeSize: 512, checkpointThreshold: 256 << 10)
+    var options = memoryOptions(fs, nodeSize: configuration.nodeSize, checkpointThreshold: 256 << 10)
+    options.cacheSize = configuration.cacheSize
     var db = try Database.open(at: "/model", options: options)
     var model = Model()
     var tx: WriteTransaction?

@@ -69,8 +69,9 @@ import Testing
     }
 
     /// Runs until done or until the file system fails. Returns how many
-    /// transactions were acknowledged (their commit returned).
-    func run(on fs: any FileSystem) -> Int {
+    /// transactions were acknowledged (their commit returned). `acknowledged`
+    /// is called as each commit returns.
+    func run(on fs: any FileSystem, acknowledged onAck: () -> Void = {}) -> Int {
       var acknowledged = 0
       do {
         var db = try Database.open(at: "/store", options: Self.options(fs))
@@ -86,6 +87,7 @@ import Testing
             }
           }
           acknowledged = i + 1
+          onAck()
           if checkpointAfter.contains(i + 1) { try db.checkpoint() }
           if reopenAfter.contains(i + 1) {
             try db.close()
@@ -168,6 +170,39 @@ import Testing
     print(
       "power loss: \(total + 1) crash points × \(models(byModel)) = \(images) images, \(recoveredStates.count) distinct recovered states, seed \(seed)"
     )
+  }
+
+  /// At least a thousand crash points from one recorded run: the disk is
+  /// rebuilt as it stood after each mutating operation, and cut there with
+  /// unsynced writes dropped, and with them kept but the last one torn.
+  @Test func aThousandCrashPointsFromOneRecordedRun() throws {
+    let seed = testSeed()
+    let workload = Workload(seed: seed, count: 320)
+    let recorder = RecordingFileSystem(MemoryFileSystem())
+    #expect(workload.run(on: recorder, acknowledged: { recorder.mark() }) == workload.transactions.count)
+    let total = recorder.mutatingCount
+    let acks = recorder.markedCounts
+    #expect(total >= 1_000, "only \(total) crash points")
+    var rng = SplitMix64(seed: seed ^ 0xC0FFEE)
+    var images = 0
+    try recorder.replay { k, disk in
+      let acknowledged = acks.filter { $0 <= k }.count
+      for model: MemoryFileSystem.PowerLoss in [
+        .dropUnsynced, .keepUnsynced(tearLastWriteAfter: Int(rng.next() % 700)),
+      ] {
+        images += 1
+        do {
+          let j = try workload.recover(disk.powerLoss(model))
+          #expect(
+            j >= acknowledged && j <= acknowledged + 1,
+            "seed \(seed), crash after op \(k), \(model): recovered \(j), acknowledged \(acknowledged)")
+        } catch {
+          Issue.record("seed \(seed), crash after op \(k), \(model): recovery failed: \(error)")
+        }
+      }
+      return true
+    }
+    print("power loss (recorded): \(total + 1) crash points, \(images) images, seed \(seed)")
   }
 
   private func models(_ counts: [String: Int]) -> String {

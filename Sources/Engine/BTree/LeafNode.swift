@@ -72,21 +72,6 @@ final class LeafNode: @unchecked Sendable {
     return Array(buffer[start..<start + Int(s.keyLength)])
   }
 
-  @inline(__always)
-  func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-    let s = slots[i]
-    return try buffer.withUnsafeBytes { raw in
-      // Safe: slot bounds were checked when decoded or set when appended.
-      try body(UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)]))
-    }
-  }
-
-  /// Compares the key at `i` with `key`.
-  @inline(__always)
-  func compareKey(at i: Int, with key: UnsafeRawBufferPointer) -> Int {
-    withKey(at: i) { compareBytes($0, key) }
-  }
-
   /// The first index whose key is >= `key`, and whether it is equal.
   func find(_ key: [UInt8]) -> (index: Int, found: Bool) {
     key.withUnsafeBytes { k in find(k) }
@@ -133,13 +118,6 @@ final class LeafNode: @unchecked Sendable {
       offset: BlockOffset(buffer.unsafeLoad(UInt64.self, at: start)),
       length: buffer.unsafeLoad(UInt32.self, at: start + 8),
       subtreeBytes: UInt64(buffer.unsafeLoad(UInt32.self, at: start + 8)))
-  }
-
-  /// Bytes of the large-value blocks this leaf references on disk.
-  var largeValueBytes: UInt64 {
-    var total: UInt64 = 0
-    for i in slots.indices where slots[i].kind == .large { total += UInt64(largeRef(at: i).length) }
-    return total
   }
 
   // MARK: Writing (owner only)

@@ -357,6 +357,36 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
     }
   }
 
+  /// A deep copy that keeps which bytes and entries are durable and which
+  /// writes are not yet synced.
+  public func copyKeepingDurability() -> MemoryFileSystem {
+    lock.withLock {
+      let result = MemoryFileSystem()
+      result.directories = directories
+      result.durableDirectories = durableDirectories
+      result.sequence = sequence
+      var copies: [ObjectIdentifier: Inode] = [:]
+      func clone(_ inode: Inode) -> Inode {
+        if let c = copies[ObjectIdentifier(inode)] { return c }
+        let c = Inode()
+        c.live = inode.live
+        c.durable = inode.durable
+        c.unsynced = inode.unsynced
+        copies[ObjectIdentifier(inode)] = c
+        return c
+      }
+      for (path, inode) in files { result.files[path] = clone(inode) }
+      for (path, inode) in durableFiles { result.durableFiles[path] = clone(inode) }
+      for (dir, ops) in pendingDirectoryOps {
+        result.pendingDirectoryOps[dir] = ops.map { entry in
+          if case .link(let p, let inode) = entry.op { return (entry.sequence, .link(path: p, inode: clone(inode))) }
+          return entry
+        }
+      }
+      return result
+    }
+  }
+
   /// A deep copy of the current live state, with everything durable.
   public func copy() -> MemoryFileSystem {
     lock.withLock {

@@ -1,0 +1,153 @@
+import Engine
+import Testing
+
+@Suite struct CursorTests {
+  static func database(_ n: Int = 1_000) throws -> Database {
+    let db = try Database.inMemory(options: memoryOptions(MemoryFileSystem(), nodeSize: 512))
+    try db.write { tx in for i in 0..<n { try tx.put(key(i), b("v\(i)"), in: "ks") } }
+    return db
+  }
+
+  @Test func walksForwardAndBackward() throws {
+    let db = try Self.database()
+    let c = try db.snapshot().cursor(in: "ks")
+    var n = 0
+    while let e = try c.next() {
+      #expect(e.key == key(n))
+      n += 1
+    }
+    #expect(n == 1_000)
+    #expect(try c.next() == nil)  // stays at the end
+    var m = 1_000
+    while let e = try c.previous() {
+      m -= 1
+      #expect(e.key == key(m))
+    }
+    #expect(m == 0)
+    #expect(try c.previous() == nil)
+  }
+
+  @Test func seeksToKeysBetweenAndPastTheEnds() throws {
+    let db = try Self.database()
+    let c = try db.snapshot().cursor(in: "ks")
+    try c.seek(to: key(500))
+    #expect(try c.next()?.key == key(500))
+    try c.seek(to: key(500) + [0])  // between 500 and 501
+    #expect(try c.next()?.key == key(501))
+    #expect(try c.previous()?.key == key(501))
+    #expect(try c.previous()?.key == key(500))
+    try c.seek(to: b("z"))
+    #expect(try c.next() == nil)
+    #expect(try c.previous()?.key == key(999))
+    try c.seek(to: [])
+    #expect(try c.next()?.key == key(0))
+    try c.seekToLast()
+    #expect(try c.previous()?.key == key(999))
+    try c.seekToFirst()
+    #expect(try c.peekKey() == key(0))
+    #expect(try c.next()?.key == key(0))  // peek did not move
+  }
+
+  @Test func rangesAndPrefixesBoundBothDirections() throws {
+    let db = try Self.database()
+    let snap = try db.snapshot()
+    let range = KeyRange(from: key(100), to: key(110))
+    let c = try snap.cursor(in: "ks", range: range)
+    var keys: [[UInt8]] = []
+    while let e = try c.next() { keys.append(e.key) }
+    #expect(keys == (100..<110).map { key($0) })
+    var back: [[UInt8]] = []
+    while let e = try c.previous() { back.append(e.key) }
+    #expect(back == (100..<110).reversed().map { key($0) })
+    try c.seekToLast()
+    #expect(try c.previous()?.key == key(109))
+    try c.seek(to: key(5))  // below the range: clamped to its start
+    #expect(try c.next()?.key == key(100))
+    try c.seek(to: key(900))  // above: clamped to its end
+    #expect(try c.next() == nil)
+
+    #expect(try snap.count(in: "ks", range: .prefix(b("0000001"))) == 10)
+    #expect(try snap.entries(in: "ks", range: .prefix(b("0000099"))).map(\.key) == (990..<1_000).map { key($0) })
+    #expect(try snap.count(in: "ks", range: .prefix([])) == 1_000)
+    #expect(try snap.count(in: "ks", range: KeyRange(from: key(10), to: key(5))) == 0)
+  }
+
+  @Test func prefixesOfFFBytesHaveNoUpperBound() throws {
+    let db = try Database.inMemory()
+    try db.write { tx in
+      try tx.put([0xFF], b("a"), in: "ks")
+      try tx.put([0xFF, 0xFF, 0x01], b("b"), in: "ks")
+      try tx.put([0xFE, 0xFF], b("c"), in: "ks")
+    }
+    let snap = try db.snapshot()
+    #expect(try snap.count(in: "ks", range: .prefix([0xFF])) == 2)
+    #expect(try snap.count(in: "ks", range: .prefix([0xFE])) == 1)
+    #expect(KeyRange.prefix([0xFE, 0xFF]).upper == [0xFF])
+    #expect(KeyRange.prefix([0xFF, 0xFF]).upper == nil)
+  }
+
+  @Test func batchesComeFromOneSnapshot() throws {
+    let db = try Self.database(2_000)
+    let snap = try db.snapshot()
+    let c = try snap.cursor(in: "ks")
+    var seen: [[UInt8]] = []
+    var i = 0
+    while true {
+      let batch = try c.next(batch: 50)
+      if batch.isEmpty { break }
+      #expect(batch.count <= 50)
+      seen += batch.map(\.key)
+      // Commits between batches are not seen by this cursor.
+      try db.write { tx in
+        try tx.put(b("new\(i)"), b("x"), in: "ks")
+        try tx.delete(key(1_999 - i), in: "ks")
+      }
+      i += 1
+    }
+    #expect(seen == (0..<2_000).map { key($0) })
+    #expect(try db.read { try $0.count(in: "ks") } == 2_000)
+  }
+
+  @Test func seekToOffsetUsesCounts() throws {
+    let db = try Self.database(5_000)
+    let snap = try db.snapshot()
+    let c = try snap.cursor(in: "ks")
+    let before = db.statistics
+    try c.seek(toOffset: 3_210)
+    #expect(try c.next()?.key == key(3_210))
+    // O(height): a handful of nodes, not the thousands before offset 3,210.
+    #expect(db.statistics.since(before).nodeReads < 12)
+    try c.seek(toOffset: 10_000)
+    #expect(try c.next() == nil)
+    let r = try snap.cursor(in: "ks", range: KeyRange(from: key(1_000), to: key(2_000)))
+    try r.seek(toOffset: 10)
+    #expect(try r.next()?.key == key(1_010))
+    try r.seek(toOffset: 5_000)
+    #expect(try r.next() == nil)
+  }
+
+  @Test func aCursorInAWriteTransactionSeesTheStateWhenItWasMade() throws {
+    let db = try Self.database(100)
+    try db.write { tx in
+      try tx.put(b("a-first"), b("x"), in: "ks")
+      let c = try tx.cursor(in: "ks")
+      try tx.put(key(50), b("changed"), in: "ks")  // after the cursor: not seen by it
+      try tx.delete(key(0), in: "ks")
+      var n = 0
+      while let e = try c.next() {
+        if e.key == key(50) { #expect(e.value == b("v50")) }
+        n += 1
+      }
+      #expect(n == 101)
+      #expect(try tx.get(key(50), in: "ks") == b("changed"))
+    }
+  }
+
+  @Test func aCursorFailsAfterItsTransactionEnds() throws {
+    let db = try Self.database(10)
+    let tx = try db.beginWrite()
+    let c = try tx.cursor(in: "ks")
+    tx.rollback()
+    #expect { try c.next() } throws: { ($0 as? EngineError)?.code == .closed }
+  }
+}
