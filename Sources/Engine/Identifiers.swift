@@ -3,8 +3,11 @@
 /// Offset 0 is the file header, never a block, so ``none`` stands for "no
 /// block" (an empty tree's root). Format: FORMAT.md §1.
 public struct BlockOffset: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+  /// The number itself.
   public var rawValue: UInt64
+  /// Wraps a number.
   public init(rawValue: UInt64) { self.rawValue = rawValue }
+  /// Wraps a number.
   public init(_ rawValue: UInt64) { self.rawValue = rawValue }
 
   /// No block.
@@ -20,8 +23,11 @@ public struct BlockOffset: RawRepresentable, Hashable, Comparable, Sendable, Cus
 /// as created. A snapshot is identified by the sequence of the last commit it
 /// sees.
 public struct CommitSequence: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+  /// The number itself.
   public var rawValue: UInt64
+  /// Wraps a number.
   public init(rawValue: UInt64) { self.rawValue = rawValue }
+  /// Wraps a number.
   public init(_ rawValue: UInt64) { self.rawValue = rawValue }
 
   /// The store as created, before any commit.
@@ -36,8 +42,11 @@ public struct CommitSequence: RawRepresentable, Hashable, Comparable, Sendable, 
 
 /// A byte position in the write-ahead log file. Format: FORMAT.md §3.
 public struct WALPosition: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+  /// The number itself.
   public var rawValue: UInt64
+  /// Wraps a number.
   public init(rawValue: UInt64) { self.rawValue = rawValue }
+  /// Wraps a number.
   public init(_ rawValue: UInt64) { self.rawValue = rawValue }
 
   public static func < (a: WALPosition, b: WALPosition) -> Bool { a.rawValue < b.rawValue }
