@@ -29,7 +29,7 @@ test: deps
 ## test-tsan: the whole suite under ThreadSanitizer.
 test-tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread
-	$(SWIFT) test --sanitize=thread
+	CAIRN_SANITIZER=thread $(SWIFT) test --sanitize=thread
 
 ## bench, bench-quick: the side-by-side harness (its own package in Benchmarks/).
 bench: bench-deps

@@ -35,7 +35,7 @@ extension Database {
   func checkpointHoldingGate() throws {
     let written = syncLock.withLock { walWritten }
     try waitDurable(through: written)
-    if lastSequence == checkpointedSequence && written <= UInt64(HeaderLayout.size) { return }
+    if lastSequence == lastCheckpoint.sequence && written <= UInt64(HeaderLayout.size) { return }
     do {
       try writeCheckpoint()
     } catch {
@@ -60,7 +60,7 @@ extension Database {
   private func writeCheckpoint() throws {
     // 2. Append changed nodes and large values.
     var writer = CheckpointWriter(
-      store: store, cache: cache, counters: counters, start: dataEnd, compress: options.compression)
+      store: store, cache: cache, counters: counters, start: lastCheckpoint.fileBytes, compress: options.compression)
     var clean: [String: TreeRoot] = [:]
     var roots: [CommitRecord.Root] = []
     for name in committedTrees.keys.sorted() {
@@ -77,7 +77,7 @@ extension Database {
     try writer.flush()
 
     // 3. The nodes are durable before any commit record names them.
-    if writer.position > dataEnd {
+    if writer.position > lastCheckpoint.fileBytes {
       try store.file.sync()
       counters.dataSyncs.add(1)
     }
@@ -92,7 +92,9 @@ extension Database {
     counters.dataBytesWritten.add(block.count)
     try store.file.sync()
     counters.dataSyncs.add(1)
-    dataEnd = offset + UInt64(block.count)
+    let checkpoint = CheckpointInfo(
+      sequence: lastSequence, fileBytes: offset + UInt64(block.count),
+      liveBytes: UInt64(HeaderLayout.size) + record.liveBytes + UInt64(block.count))
     lastCommitOffset = BlockOffset(offset)
 
     // 5. A fresh WAL continuing from this commit.
@@ -100,8 +102,8 @@ extension Database {
 
     // 6. Publish the on-disk form.
     committedTrees = clean
-    checkpointedSequence = lastSequence
-    publish(Version(sequence: lastSequence, trees: clean, store: store))
+    lastCheckpoint = checkpoint
+    publish(Version(sequence: lastSequence, trees: clean, store: store, checkpoint: checkpoint))
     counters.checkpoints.add(1)
   }
 

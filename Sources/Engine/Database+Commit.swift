@@ -52,7 +52,7 @@ extension Database {
     committedTrees = tx.trees
     lastSequence = sequence
     let end = position + UInt64(record.count)
-    let version = Version(sequence: sequence, trees: tx.trees, store: store)
+    let version = Version(sequence: sequence, trees: tx.trees, store: store, checkpoint: lastCheckpoint)
     syncLock.withLock {
       walWritten = end
       pendingVersions.append((end, version))

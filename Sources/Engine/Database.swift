@@ -27,7 +27,8 @@ public final class Database: @unchecked Sendable {
   public let path: String
   let options: Options
   let fs: any FileSystem
-  let counters = Counters()
+  /// The I/O counters; the node store counts into the same object.
+  var counters: Counters { store.counters }
   let cache: NodeCache
   let storeID: [UInt8]
   let dataPath: String
@@ -43,10 +44,9 @@ public final class Database: @unchecked Sendable {
   let gate = WriterGate()
   var committedTrees: [String: TreeRoot]
   var lastSequence: CommitSequence
-  var checkpointedSequence: CommitSequence
+  var lastCheckpoint: CheckpointInfo
   var generation: UInt64 = 0
   var store: NodeStore
-  var dataEnd: UInt64
   var lastCommitOffset: BlockOffset
   var wal: WALFile?
 
@@ -75,11 +75,11 @@ public final class Database: @unchecked Sendable {
     self.walPath = Path.join(path, StoreFiles.wal)
     self.committedTrees = recovered.trees
     self.lastSequence = recovered.sequence
-    self.checkpointedSequence = recovered.checkpointSequence
-    self.dataEnd = recovered.dataEnd
+    self.lastCheckpoint = recovered.checkpoint
     self.lastCommitOffset = recovered.commitOffset
     self.generation = 1
-    self._current = Version(sequence: recovered.sequence, trees: recovered.trees, store: store)
+    self._current = Version(
+      sequence: recovered.sequence, trees: recovered.trees, store: store, checkpoint: recovered.checkpoint)
   }
 
   deinit {
@@ -249,6 +249,16 @@ public final class Database: @unchecked Sendable {
 
   /// Bytes in the WAL now (including its header).
   public var walSize: UInt64 { syncLock.withLock { walWritten } }
+
+  /// How the store's files are used: live and garbage bytes of the data
+  /// file as of the last checkpoint, and the WAL's size.
+  public var storage: StorageStatistics {
+    let version = current
+    let keyspaces = version.trees.mapValues { StorageStatistics.Keyspace(keys: $0.count, height: $0.height) }
+    return StorageStatistics(
+      dataFileBytes: version.checkpoint.fileBytes, liveBytes: version.checkpoint.liveBytes, walBytes: walSize,
+      checkpointSequence: version.checkpoint.sequence, lastSequence: version.sequence, keyspaces: keyspaces)
+  }
 }
 
 /// The files of a store's folder (FORMAT.md §0).

@@ -2,8 +2,7 @@
 struct Recovered {
   var trees: [String: TreeRoot]
   var sequence: CommitSequence
-  var checkpointSequence: CommitSequence
-  var dataEnd: UInt64
+  var checkpoint: CheckpointInfo
   var commitOffset: BlockOffset
 }
 
@@ -103,9 +102,11 @@ enum Recovery {
       for root in commit.roots {
         trees[root.name] = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
       }
+      let checkpoint = CheckpointInfo(
+        sequence: commit.sequence, fileBytes: commitEnd,
+        liveBytes: UInt64(HeaderLayout.size) + commit.liveBytes + (commitEnd - commitOffset))
       let recovered = Recovered(
-        trees: trees, sequence: commit.sequence, checkpointSequence: commit.sequence, dataEnd: commitEnd,
-        commitOffset: BlockOffset(commitOffset))
+        trees: trees, sequence: commit.sequence, checkpoint: checkpoint, commitOffset: BlockOffset(commitOffset))
       let db = Database(
         path: path, options: options, fileLock: lock, storeID: header.storeID, store: store, cache: cache,
         recovered: recovered)
@@ -125,7 +126,7 @@ enum Recovery {
       }
       db.committedTrees = tx.trees
       db.lastSequence = last
-      db.publish(Version(sequence: last, trees: tx.trees, store: store))
+      db.publish(Version(sequence: last, trees: tx.trees, store: store, checkpoint: checkpoint))
       db.wal = WALFile(file: walFile, salt: walHeader.field1)
       db.walWritten = scan.end
       db.walDurable = scan.end

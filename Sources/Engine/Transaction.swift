@@ -68,11 +68,12 @@ public final class WriteTransaction: KeyValueReader {
   }
 
   /// Runs a change to the trees; any error leaves the transaction failed.
+  /// `changedIf` says, from the result, whether anything changed.
   @discardableResult
-  private func mutate<T>(_ body: () throws -> T) throws -> T {
+  private func mutate<T>(_ body: () throws -> T, changedIf: (T) -> Bool = { _ in true }) throws -> T {
     do {
       let result = try body()
-      changed = true
+      if changedIf(result) { changed = true }
       return result
     } catch {
       let e = error as? EngineError ?? EngineError(.io, "\(error)")
@@ -118,7 +119,7 @@ public final class WriteTransaction: KeyValueReader {
     try Validate.key(key)
     guard trees[keyspace] != nil else { return false }
     let ctx = context
-    let found = try mutate { try trees[keyspace]!.delete(key, ctx) }
+    let found = try mutate({ try trees[keyspace]!.delete(key, ctx) }, changedIf: { $0 })
     if found && logging { record(.delete(keyspace: keyspace, key: key)) }
     return found
   }
@@ -139,7 +140,8 @@ public final class WriteTransaction: KeyValueReader {
     if let u = range.upper { try Validate.key(u) }
     guard trees[keyspace] != nil, !range.isEmpty else { return 0 }
     let ctx = context
-    let removed = try mutate { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }
+    let removed = try mutate(
+      { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }, changedIf: { $0 > 0 })
     if removed > 0 && logging { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
     return removed
   }

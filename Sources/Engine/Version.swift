@@ -7,12 +7,24 @@ final class Version: @unchecked Sendable {
   let sequence: CommitSequence
   let trees: [String: TreeRoot]
   let store: NodeStore
+  /// The data file as of the last checkpoint at or before this version.
+  let checkpoint: CheckpointInfo
 
-  init(sequence: CommitSequence, trees: [String: TreeRoot], store: NodeStore) {
+  init(sequence: CommitSequence, trees: [String: TreeRoot], store: NodeStore, checkpoint: CheckpointInfo) {
     self.sequence = sequence
     self.trees = trees
     self.store = store
+    self.checkpoint = checkpoint
   }
+}
+
+/// The data file after a checkpoint: its length and how much of it is live.
+struct CheckpointInfo: Sendable {
+  var sequence: CommitSequence
+  /// Length of the data file (the end of the last commit record).
+  var fileBytes: UInt64
+  /// Bytes reachable from the last commit record, header and record included.
+  var liveBytes: UInt64
 }
 
 /// Admits one write transaction at a time.

@@ -1,4 +1,5 @@
 import Engine
+import Foundation
 import Testing
 
 @Suite struct CursorTests {
@@ -106,6 +107,57 @@ import Testing
     }
     #expect(seen == (0..<2_000).map { key($0) })
     #expect(try db.read { try $0.count(in: "ks") } == 2_000)
+  }
+
+  @Test func batchesAcrossConcurrentCommitsReturnExactlyTheSnapshot() throws {
+    let db = try Database.inMemory(
+      options: memoryOptions(MemoryFileSystem(), nodeSize: 1024, checkpointThreshold: 64 << 10))
+    try db.write { tx in for i in 0..<20_000 { try tx.put(key(i), b("v0-\(i)"), in: "ks") } }
+    let snap = try db.snapshot()
+    let checkpointsBefore = db.statistics.checkpoints
+
+    // A writer thread rewrites, deletes and inserts while the batches are read.
+    let done = Locked2(false)
+    let writerError = Locked2<String?>(nil)
+    let writer = Thread {
+      var rng = SplitMix64(seed: 5)
+      var n = 0
+      while !done.read({ $0 }) {
+        n += 1
+        do {
+          try db.write { tx in
+            let i = Int(rng.next() % 20_000)
+            try tx.put(key(i), b("v\(n)-\(i)"), in: "ks")
+            try tx.delete(key(Int(rng.next() % 20_000)), in: "ks")
+            try tx.put(b("extra-\(n)"), b("x"), in: "ks")
+            if n % 200 == 0 { try tx.deleteRange(from: key(i), to: key(i + 500), in: "ks") }
+          }
+        } catch {
+          writerError.update { $0 = "\(error)" }
+          return
+        }
+      }
+    }
+    writer.start()
+
+    let cursor = try snap.cursor(in: "ks")
+    var seen: [Entry] = []
+    var batches = 0
+    while true {
+      let batch = try cursor.next(batch: 50)
+      if batch.isEmpty { break }
+      seen += batch
+      batches += 1
+      if batches % 20 == 0 { usleep(1_000) }  // give the writer time to commit in between
+    }
+    done.update { $0 = true }
+    while !writer.isFinished { usleep(1_000) }
+
+    #expect(writerError.read { $0 } == nil)
+    #expect(batches == 400)
+    #expect(seen == (0..<20_000).map { Entry(key: key($0), value: b("v0-\($0)")) })
+    #expect(db.lastCommittedSequence.rawValue > 10, "the writer hardly committed")
+    #expect(db.statistics.checkpoints > checkpointsBefore, "no checkpoint ran during the read")
   }
 
   @Test func seekToOffsetUsesCounts() throws {

@@ -8,12 +8,80 @@ import Testing
 @Suite struct ModelTests {
   typealias Space = [[UInt8]: [UInt8]]
 
+  /// The expected state: dictionaries for values, sorted key arrays for
+  /// ranks, so count(range) and skip(n) can be checked after every step.
   struct Model {
     var committed: [String: Space] = [:]
+    var committedSorted: [String: [[UInt8]]] = [:]
     var working: [String: Space] = [:]
+    var workingSorted: [String: [[UInt8]]] = [:]
 
     func sortedKeys(_ ks: String, in range: KeyRange) -> [[UInt8]] {
-      (working[ks] ?? [:]).keys.filter { range.contains($0) }.sorted(by: lexLess)
+      let keys = workingSorted[ks] ?? []
+      let (lo, hi) = Self.bounds(keys, range)
+      return Array(keys[lo..<hi])
+    }
+
+    /// The first index whose key is >= `key`.
+    static func rank(_ keys: [[UInt8]], _ key: [UInt8]) -> Int {
+      var lo = 0
+      var hi = keys.count
+      while lo < hi {
+        let mid = (lo + hi) / 2
+        if lexLess(keys[mid], key) { lo = mid + 1 } else { hi = mid }
+      }
+      return lo
+    }
+
+    static func bounds(_ keys: [[UInt8]], _ range: KeyRange) -> (Int, Int) {
+      let lo = range.lower.map { rank(keys, $0) } ?? 0
+      let hi = range.upper.map { rank(keys, $0) } ?? keys.count
+      return (lo, max(lo, hi))
+    }
+
+    mutating func begin() {
+      working = committed
+      workingSorted = committedSorted
+    }
+
+    mutating func commit() {
+      committed = working
+      committedSorted = workingSorted
+    }
+
+    mutating func put(_ ks: String, _ k: [UInt8], _ v: [UInt8]) {
+      if working[ks]?[k] == nil {
+        var keys = workingSorted[ks] ?? []
+        keys.insert(k, at: Self.rank(keys, k))
+        workingSorted[ks] = keys
+      }
+      working[ks, default: [:]][k] = v
+    }
+
+    mutating func delete(_ ks: String, _ k: [UInt8]) -> Bool {
+      guard working[ks]?.removeValue(forKey: k) != nil else { return false }
+      workingSorted[ks]!.remove(at: Self.rank(workingSorted[ks]!, k))
+      return true
+    }
+
+    mutating func deleteRange(_ ks: String, _ range: KeyRange) -> Int {
+      guard let keys = workingSorted[ks] else { return 0 }
+      let (lo, hi) = Self.bounds(keys, range)
+      for k in keys[lo..<hi] { working[ks]![k] = nil }
+      workingSorted[ks]!.removeSubrange(lo..<hi)
+      return hi - lo
+    }
+
+    mutating func create(_ ks: String) {
+      if working[ks] == nil {
+        working[ks] = [:]
+        workingSorted[ks] = []
+      }
+    }
+
+    mutating func drop(_ ks: String) -> Bool {
+      workingSorted[ks] = nil
+      return working.removeValue(forKey: ks) != nil
     }
   }
 
@@ -93,7 +161,7 @@ import Testing
       if let tx { return tx }
       let t = try db.beginWrite()
       tx = t
-      model.working = model.committed
+      model.begin()
       return t
     }
 
@@ -120,6 +188,20 @@ import Testing
       }
     }
 
+    /// count(range) and skip(n) against the model, after every step.
+    func checkCounts() throws {
+      let ks = Self.keyspaces[Int(rng.next() % 3)]
+      let reader: any KeyValueReader = try tx ?? db.snapshot()
+      let sorted = (tx != nil ? model.workingSorted : model.committedSorted)[ks] ?? []
+      let r = randomRange()
+      let (lo, hi) = Model.bounds(sorted, r)
+      #expect(try reader.count(in: ks, range: r) == UInt64(hi - lo), fail("count(range) in \(ks)"))
+      let n = Int(rng.next() % UInt64(hi - lo + 2))
+      let c = try reader.cursor(in: ks, range: r)
+      try c.seek(toOffset: UInt64(n))
+      #expect(try c.next()?.key == (lo + n < hi ? sorted[lo + n] : nil), fail("skip(\(n)) in \(ks)"))
+    }
+
     for s in 0..<ops {
       step = s
       let roll = rng.next() % 1000
@@ -130,29 +212,29 @@ import Testing
         let k = randomKey()
         let v = randomValue()
         try t.put(k, v, in: ks)
-        model.working[ks, default: [:]][k] = v
+        model.put(ks, k, v)
         #expect(try t.get(k, in: ks) == v, fail("get after put"))
       case 430..<580:  // delete
         let t = try open()
         let k = randomKey()
         let existed = try t.delete(k, in: ks)
-        let modelExisted = model.working[ks]?.removeValue(forKey: k) != nil
+        let modelExisted = model.delete(ks, k)
         #expect(existed == modelExisted, fail("delete reported \(existed)"))
         #expect(try t.get(k, in: ks) == nil, fail("get after delete"))
       case 580..<620:  // deleteRange
         let t = try open()
         let r = randomRange()
-        let expected = model.sortedKeys(ks, in: r)
         let removed = try t.deleteRange(r, in: ks)
-        for k in expected { model.working[ks]?[k] = nil }
-        #expect(removed == UInt64(expected.count), fail("deleteRange removed \(removed), expected \(expected.count)"))
+        let expected = model.deleteRange(ks, r)
+        #expect(removed == UInt64(expected), fail("deleteRange removed \(removed), expected \(expected)"))
         #expect(try t.count(in: ks, range: r) == 0, fail("range not empty after deleteRange"))
         #expect(try t.count(in: ks) == UInt64(model.working[ks]?.count ?? 0), fail("count after deleteRange"))
       case 620..<700:  // count(range), skip(n) and a cursor walk over a range
         let reader: any KeyValueReader = try tx ?? db.snapshot()
-        let view = tx != nil ? model.working : model.committed
+        let sorted = (tx != nil ? model.workingSorted : model.committedSorted)[ks] ?? []
         let r = randomRange()
-        let expected = (view[ks] ?? [:]).keys.filter { r.contains($0) }.sorted(by: lexLess)
+        let (lo, hi) = Model.bounds(sorted, r)
+        let expected = Array(sorted[lo..<hi])
         #expect(try reader.count(in: ks, range: r) == UInt64(expected.count), fail("count(range)"))
         let c = try reader.cursor(in: ks, range: r)
         let n = Int(rng.next() % UInt64(expected.count + 2))
@@ -182,16 +264,16 @@ import Testing
         let t = try open()
         if rng.next() % 3 == 0 {
           let existed = try t.dropKeyspace(ks)
-          #expect(existed == (model.working.removeValue(forKey: ks) != nil), fail("drop"))
+          #expect(existed == model.drop(ks), fail("drop"))
         } else {
           try t.createKeyspace(ks)
-          if model.working[ks] == nil { model.working[ks] = [:] }
+          model.create(ks)
         }
       case 830..<930:  // commit
-        guard let t = tx else { continue }
+        guard let t = tx else { break }
         try t.commit()
         tx = nil
-        model.committed = model.working
+        model.commit()
         commits += 1
         let snap = try db.snapshot()
         if commits % 25 == 0 {
@@ -200,10 +282,10 @@ import Testing
           try compareSample(snap, model.committed)
         }
       case 930..<960:  // rollback
-        guard let t = tx else { continue }
+        guard let t = tx else { break }
         t.rollback()
         tx = nil
-        model.working = model.committed
+        model.begin()
         try compareSample(try db.snapshot(), model.committed)
       case 960..<975:  // hold a snapshot, or check and release the one held
         if let held = snapshot {
@@ -213,7 +295,7 @@ import Testing
           snapshot = (try db.snapshot(), model.committed)
         }
       case 975..<990:  // checkpoint
-        guard tx == nil else { continue }
+        guard tx == nil else { break }
         try db.checkpoint()
         let snap = try db.snapshot()
         try compareAll(snap, model.committed, "after checkpoint")
@@ -231,6 +313,7 @@ import Testing
         let report = snap.verify()
         #expect(report.isClean, fail("verify after reopen: \(report.problems.prefix(3))"))
       }
+      try checkCounts()
     }
     tx?.rollback()
     try compareAll(try db.snapshot(), model.committed, "at the end")

@@ -54,3 +54,8 @@ func testSeed() -> UInt64 {
 
 /// Lexicographic comparison of byte strings (the engine's key order).
 func lexLess(_ a: [UInt8], _ b: [UInt8]) -> Bool { a.lexicographicallyPrecedes(b) }
+
+/// Whether the suite runs under ThreadSanitizer (`make test-tsan` sets
+/// CAIRN_SANITIZER=thread). Heavy single-threaded tests skip there: they
+/// have no concurrency to check and run ten times slower.
+let runningUnderTSan = ProcessInfo.processInfo.environment["CAIRN_SANITIZER"] == "thread"

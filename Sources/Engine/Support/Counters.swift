@@ -23,6 +23,41 @@ final class Counters: Sendable {
   init() {}
 }
 
+/// How a store's files are used (``Database/storage``).
+///
+/// Data-file figures are as of the last checkpoint: commits since then are
+/// in the WAL. Garbage is every byte of the data file no longer reachable
+/// from the last commit record (old node versions, subtrees cut by range
+/// deletes, earlier commit records); compaction reclaims it.
+public struct StorageStatistics: Sendable, Equatable {
+  /// A keyspace's size.
+  public struct Keyspace: Sendable, Equatable {
+    /// Keys, as of the last commit.
+    public var keys: UInt64
+    /// Tree levels (0 when empty).
+    public var height: Int
+  }
+
+  /// Length of the data file.
+  public var dataFileBytes: UInt64
+  /// Bytes reachable from the last commit record: header, nodes, large
+  /// values and the record itself.
+  public var liveBytes: UInt64
+  /// Bytes of the WAL, header included.
+  public var walBytes: UInt64
+  /// The sequence the data file holds.
+  public var checkpointSequence: CommitSequence
+  /// The sequence of the last commit (at or past `checkpointSequence`).
+  public var lastSequence: CommitSequence
+  /// Every keyspace by name.
+  public var keyspaces: [String: Keyspace]
+
+  /// Bytes of the data file that compaction would reclaim.
+  public var garbageBytes: UInt64 { dataFileBytes - liveBytes }
+  /// Garbage as a share of the data file, 0 to 1.
+  public var garbageRatio: Double { dataFileBytes == 0 ? 0 : Double(garbageBytes) / Double(dataFileBytes) }
+}
+
 /// A snapshot of the engine's I/O counters since the database was opened.
 ///
 /// Tests and the benchmark read these to prove costs (a range delete reads
