@@ -119,11 +119,13 @@ import Testing
     // A writer thread rewrites, deletes and inserts while the batches are read.
     let done = Locked2(false)
     let writerError = Locked2<String?>(nil)
+    let commits = Locked2(0)
     let writer = Thread {
       var rng = SplitMix64(seed: 5)
       var n = 0
       while !done.read({ $0 }) {
         n += 1
+        defer { commits.update { $0 = n } }
         do {
           try db.write { tx in
             let i = Int(rng.next() % 20_000)
@@ -148,7 +150,9 @@ import Testing
       if batch.isEmpty { break }
       seen += batch
       batches += 1
-      if batches % 20 == 0 { usleep(1_000) }  // give the writer time to commit in between
+      // Wait for the writer between batches, so commits (and checkpoints)
+      // really interleave with the reading, however the threads are scheduled.
+      while commits.read({ $0 }) < batches * 4 && writerError.read({ $0 }) == nil { usleep(100) }
     }
     done.update { $0 = true }
     while !writer.isFinished { usleep(1_000) }
