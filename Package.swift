@@ -34,6 +34,9 @@ let package = Package(
     // Child process for the crash tests: commits numbered transactions and
     // reports each one on stdout until it is killed.
     .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine"]),
+    // The file-reader fuzz target (libFuzzer with -DFUZZING; a plain build
+    // replays inputs, which the test suite does with the saved corpus).
+    .executableTarget(name: "FuzzStore", dependencies: ["Engine"]),
     .testTarget(name: "EngineTests", dependencies: ["Engine"]),
     .testTarget(name: "RepoTests", dependencies: ["Repo"]),
   ],

@@ -41,6 +41,7 @@ extension Database {
     } catch {
       throw setPoison(error)
     }
+    compactIfWasteful()
   }
 
   /// Commits a large transaction by checkpointing it. Called with the gate held.
@@ -58,43 +59,15 @@ extension Database {
   }
 
   private func writeCheckpoint() throws {
-    // 2. Append changed nodes and large values.
-    var writer = CheckpointWriter(
-      store: store, cache: cache, counters: counters, start: lastCheckpoint.fileBytes, compress: options.compression)
+    // 2-4. Append changed nodes and large values, fsync, append the commit record, fsync.
+    var writer = CheckpointWriter(target: store, start: lastCheckpoint.fileBytes, compress: options.compression)
     var clean: [String: TreeRoot] = [:]
-    var roots: [CommitRecord.Root] = []
-    for name in committedTrees.keys.sorted() {
-      var tree = committedTrees[name]!
-      var diskRoot: DiskRef?
-      if let root = tree.root {
-        let ref = try writer.write(root)
-        tree.root = .disk(ref)
-        diskRoot = ref
-      }
-      clean[name] = tree
-      roots.append(CommitRecord.Root(name: name, root: diskRoot, height: tree.height, count: tree.count))
+    for (name, tree) in committedTrees {
+      var t = tree
+      if let root = tree.root { t.root = .disk(try writer.write(root)) }
+      clean[name] = t
     }
-    try writer.flush()
-
-    // 3. The nodes are durable before any commit record names them.
-    if writer.position > lastCheckpoint.fileBytes {
-      try store.file.sync()
-      counters.dataSyncs.add(1)
-    }
-
-    // 4. The commit record.
-    let offset = writer.position
-    let record = CommitRecord(
-      sequence: lastSequence, previous: lastCommitOffset, timestamp: currentMilliseconds(), roots: roots)
-    let block = BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compress: false)
-    try store.file.write(block, at: offset)
-    counters.dataBytesWritten.add(block.count)
-    try store.file.sync()
-    counters.dataSyncs.add(1)
-    let checkpoint = CheckpointInfo(
-      sequence: lastSequence, fileBytes: offset + UInt64(block.count),
-      liveBytes: UInt64(HeaderLayout.size) + record.liveBytes + UInt64(block.count))
+    let (offset, checkpoint) = try writer.commit(clean, sequence: lastSequence, previous: lastCommitOffset)
     lastCommitOffset = BlockOffset(offset)
 
     // 5. A fresh WAL continuing from this commit.
@@ -116,10 +89,15 @@ extension Database {
     try fs.rename(newPath, to: walPath)
     try fs.syncDirectory(path)
     counters.dataSyncs.add(1)
+    installWAL(WALFile(file: file, salt: salt))
+  }
+
+  /// Makes `wal` the log commits append to. Called with the gate held.
+  func installWAL(_ new: WALFile) {
     let old: WALFile? = syncLock.withLock {
       while syncing { syncCondition.wait(syncLock) }
       let old = wal
-      wal = WALFile(file: file, salt: salt)
+      wal = new
       walWritten = UInt64(HeaderLayout.size)
       walDurable = walWritten
       return old
@@ -128,33 +106,43 @@ extension Database {
   }
 }
 
-/// Appends the nodes of a checkpoint to the data file, children before parents.
+/// Appends the nodes of a checkpoint to a data file, children before parents.
+///
+/// For a checkpoint, `source` is nil: in-memory nodes are written and disk
+/// references kept. For compaction, `source` is the old file: every node and
+/// large value reachable is read from it and written anew.
 struct CheckpointWriter {
-  let store: NodeStore
-  let cache: NodeCache
-  let counters: Counters
+  /// The file written to, and the cache that receives the clean nodes.
+  let target: NodeStore
+  /// The file disk nodes are copied from, when compacting.
+  let source: NodeStore?
   let compress: Bool
   /// Where the next block lands.
   private(set) var position: UInt64
+  private let start: UInt64
   private var buffer: [UInt8] = []
   private var bufferStart: UInt64
   private static let flushSize = 4 << 20
 
-  init(store: NodeStore, cache: NodeCache, counters: Counters, start: UInt64, compress: Bool) {
-    self.store = store
-    self.cache = cache
-    self.counters = counters
+  init(target: NodeStore, copyingFrom source: NodeStore? = nil, start: UInt64, compress: Bool) {
+    self.target = target
+    self.source = source
     self.compress = compress
     self.position = start
+    self.start = start
     self.bufferStart = start
     buffer.reserveCapacity(Self.flushSize + 65_536)
   }
 
-  /// Writes the subtree at `ref` if it is in memory; returns its disk reference.
+  private var counters: Counters { target.counters }
+
+  /// Writes the subtree at `ref` if it is in memory (or, when compacting,
+  /// wherever it is); returns its disk reference.
   mutating func write(_ ref: NodeRef) throws -> DiskRef {
     switch ref {
     case .disk(let disk):
-      return disk
+      guard let source else { return disk }
+      return try write(.memory(try source.readNode(disk)))
     case .memory(.leaf(let leaf)):
       var largeRefs: [Int: DiskRef] = [:]
       var largeBytes: UInt64 = 0
@@ -165,17 +153,24 @@ struct CheckpointWriter {
           largeRefs[i] = r
           largeBytes += UInt64(r.length)
         case .large:
-          largeBytes += UInt64(leaf.largeRef(at: i).length)
+          if let source {
+            let value = try source.largeValue(leaf.largeRef(at: i), length: Int(slot.valueLength))
+            let r = try append(.largeValue, value)
+            largeRefs[i] = r
+            largeBytes += UInt64(r.length)
+          } else {
+            largeBytes = largeBytes.plusClamped(UInt64(leaf.largeRef(at: i).length))
+          }
         case .inline:
           break
         }
       }
       let payload = NodeCodec.encodeLeaf(leaf, largeRefs: largeRefs)
       let r = try append(.leaf, payload)
-      cache.insert(
-        r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: store.path, offset: r.offset.rawValue)))
+      target.cache.insert(
+        r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: target.path, offset: r.offset.rawValue)))
       counters.nodesWritten.add(1)
-      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: UInt64(r.length) + largeBytes)
+      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: largeBytes.plusClamped(UInt64(r.length)))
     case .memory(.branch(let branch)):
       var children: [NodeRef] = []
       children.reserveCapacity(branch.childCount)
@@ -183,14 +178,14 @@ struct CheckpointWriter {
       for child in branch.children {
         let r = try write(child)
         children.append(.disk(r))
-        bytes += r.subtreeBytes
+        bytes = bytes.plusClamped(r.subtreeBytes)
       }
       let clean = BranchNode(
         owner: 0, level: branch.level, keys: branch.keys, children: children, counts: branch.counts)
       let r = try append(.branch, NodeCodec.encodeBranch(clean))
-      cache.insert(r.offset, .branch(clean))
+      target.cache.insert(r.offset, .branch(clean))
       counters.nodesWritten.add(1)
-      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: UInt64(r.length) + bytes)
+      return DiskRef(offset: r.offset, length: r.length, subtreeBytes: bytes.plusClamped(UInt64(r.length)))
     }
   }
 
@@ -206,10 +201,42 @@ struct CheckpointWriter {
 
   mutating func flush() throws {
     guard !buffer.isEmpty else { return }
-    try store.file.write(buffer, at: bufferStart)
+    try target.file.write(buffer, at: bufferStart)
     counters.dataBytesWritten.add(buffer.count)
     bufferStart += UInt64(buffer.count)
     buffer.removeAll(keepingCapacity: true)
+  }
+
+  /// Appends a commit record naming `trees` and fsyncs: once before it, so
+  /// the nodes are durable before anything names them, and once after.
+  /// Returns the record's offset and the checkpoint it makes.
+  mutating func commit(
+    _ trees: [String: TreeRoot], sequence: CommitSequence, previous: BlockOffset
+  ) throws -> (offset: UInt64, info: CheckpointInfo) {
+    try flush()
+    if position > start {
+      try target.file.sync()
+      counters.dataSyncs.add(1)
+    }
+    let roots = trees.keys.sorted().map { name -> CommitRecord.Root in
+      let tree = trees[name]!
+      var root: DiskRef?
+      if case .disk(let d) = tree.root { root = d }
+      return CommitRecord.Root(name: name, root: root, height: tree.height, count: tree.count)
+    }
+    let offset = position
+    let record = CommitRecord(sequence: sequence, previous: previous, timestamp: currentMilliseconds(), roots: roots)
+    let block = BlockFraming.frame(
+      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compress: false)
+    try target.file.write(block, at: offset)
+    counters.dataBytesWritten.add(block.count)
+    try target.file.sync()
+    counters.dataSyncs.add(1)
+    position += UInt64(block.count)
+    let info = CheckpointInfo(
+      sequence: sequence, fileBytes: position,
+      liveBytes: record.liveBytes.plusClamped(UInt64(HeaderLayout.size + block.count)))
+    return (offset, info)
   }
 }
 

@@ -29,7 +29,8 @@ public final class Database: @unchecked Sendable {
   let fs: any FileSystem
   /// The I/O counters; the node store counts into the same object.
   var counters: Counters { store.counters }
-  let cache: NodeCache
+  /// The node cache of the current data file.
+  var cache: NodeCache { store.cache }
   let storeID: [UInt8]
   let dataPath: String
   let walPath: String
@@ -61,8 +62,7 @@ public final class Database: @unchecked Sendable {
   var poison: EngineError?
 
   init(
-    path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], store: NodeStore, cache: NodeCache,
-    recovered: Recovered
+    path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], store: NodeStore, recovered: Recovered
   ) {
     self.path = path
     self.options = options
@@ -70,7 +70,6 @@ public final class Database: @unchecked Sendable {
     self.fileLock = fileLock
     self.storeID = storeID
     self.store = store
-    self.cache = cache
     self.dataPath = Path.join(path, StoreFiles.data)
     self.walPath = Path.join(path, StoreFiles.wal)
     self.committedTrees = recovered.trees
@@ -244,7 +243,8 @@ public final class Database: @unchecked Sendable {
       nodesWritten: counters.nodesWritten.current, bytesRead: counters.bytesRead.current,
       dataBytesWritten: counters.dataBytesWritten.current, walBytesWritten: counters.walBytesWritten.current,
       dataSyncs: counters.dataSyncs.current, walSyncs: counters.walSyncs.current,
-      checkpoints: counters.checkpoints.current, commits: counters.commits.current, cacheBytes: cache.usedBytes)
+      checkpoints: counters.checkpoints.current, compactions: counters.compactions.current,
+      commits: counters.commits.current, cacheBytes: cache.usedBytes)
   }
 
   /// Bytes in the WAL now (including its header).
@@ -268,7 +268,8 @@ enum StoreFiles {
   static let lock = "cairn.lock"
   static let newData = "cairn.data.new"
   static let newWAL = "cairn.wal.new"
-  static let all = [data, wal, lock, newData, newWAL]
+  static let compactData = "cairn.data.compact"
+  static let all = [data, wal, lock, newData, newWAL, compactData]
 }
 
 /// The WAL file being appended to.

@@ -36,6 +36,14 @@ public struct Options: Sendable {
   public var readOnly: Bool = false
   /// Create the store if the folder holds none. Default true.
   public var createIfMissing: Bool = true
+  /// Compact by itself, after a checkpoint, when garbage passes this share
+  /// of the data file (and the file is at least ``autoCompactMinimumBytes``).
+  /// nil: only when ``Database/compact()`` is called. Default 0.5.
+  ///
+  /// Writers wait while a compaction runs (readers do not).
+  public var autoCompactGarbageRatio: Double? = 0.5
+  /// The smallest data file that compacts by itself. Default 64 MiB.
+  public var autoCompactMinimumBytes: Int = 64 << 20
   /// The file system the store lives on. Default ``POSIXFileSystem``.
   public var fileSystem: any FileSystem = POSIXFileSystem()
 
@@ -52,6 +60,9 @@ public struct Options: Sendable {
     guard cacheSize >= 0 else { throw EngineError(.invalidArgument, "cacheSize \(cacheSize) is negative") }
     guard checkpointThreshold >= 4096 else {
       throw EngineError(.invalidArgument, "checkpointThreshold \(checkpointThreshold) is below 4096 bytes")
+    }
+    if let r = autoCompactGarbageRatio, !(r > 0 && r < 1) {
+      throw EngineError(.invalidArgument, "autoCompactGarbageRatio \(r) must lie strictly between 0 and 1")
     }
     if case .normal(let ms) = durability, ms < 1 {
       throw EngineError(.invalidArgument, "syncIntervalMilliseconds \(ms) must be at least 1")

@@ -30,6 +30,11 @@ enum Recovery {
       try fs.createDirectory(path)
     }
     guard fs.isDirectory(path) else { throw EngineError(.notAStore, "not a folder", path: path) }
+    // Leave a folder that holds no store untouched (not even a lock file)
+    // unless we are going to create one there.
+    if !(options.createIfMissing && writable) && !fs.exists(Path.join(path, StoreFiles.data)) {
+      throw EngineError(.notAStore, "the folder holds no Cairn store (no \(StoreFiles.data))", path: path)
+    }
 
     // 2. The lock: exclusive for a writer, shared for readers.
     let lock = try fs.lock(Path.join(path, StoreFiles.lock), exclusive: writable)
@@ -104,12 +109,11 @@ enum Recovery {
       }
       let checkpoint = CheckpointInfo(
         sequence: commit.sequence, fileBytes: commitEnd,
-        liveBytes: UInt64(HeaderLayout.size) + commit.liveBytes + (commitEnd - commitOffset))
+        liveBytes: commit.liveBytes.plusClamped(UInt64(HeaderLayout.size) + (commitEnd - commitOffset)))
       let recovered = Recovered(
         trees: trees, sequence: commit.sequence, checkpoint: checkpoint, commitOffset: BlockOffset(commitOffset))
       let db = Database(
-        path: path, options: options, fileLock: lock, storeID: header.storeID, store: store, cache: cache,
-        recovered: recovered)
+        path: path, options: options, fileLock: lock, storeID: header.storeID, store: store, recovered: recovered)
 
       // 7. Replay the WAL.
       let tx = WriteTransaction(database: db, trees: trees, owner: db.nextGeneration(), logging: false)

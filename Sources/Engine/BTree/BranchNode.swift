@@ -26,7 +26,7 @@ final class BranchNode: @unchecked Sendable {
   }
 
   var childCount: Int { children.count }
-  var totalCount: UInt64 { counts.reduce(0, &+) }
+  var totalCount: UInt64 { counts.reduce(0) { $0.plusClamped($1) } }
 
   func copy(owner: UInt64) -> BranchNode {
     BranchNode(owner: owner, level: level, keys: keys, children: children, counts: counts)
@@ -69,10 +69,6 @@ final class BranchNode: @unchecked Sendable {
   func setChild(_ i: Int, _ ref: NodeRef, count: UInt64) {
     children[i] = ref
     counts[i] = count
-  }
-
-  func adjustCount(_ i: Int, by delta: Int64) {
-    counts[i] = UInt64(Int64(counts[i]) + delta)
   }
 
   /// Inserts `child` right after child `i`, separated from it by `separator`.

@@ -62,7 +62,7 @@ public final class Cursor {
     try checkOpen()
     let base = try range.lower.map { try tree.rank(of: $0, ctx) } ?? 0
     let end = try range.upper.map { try tree.rank(of: $0, ctx) } ?? tree.count
-    let target = Swift.min(base + offset, Swift.max(base, end))
+    let target = Swift.min(base.plusClamped(offset), Swift.max(base, end))
     try descend(toRank: target)
   }
 
@@ -219,10 +219,10 @@ extension TreeRoot {
     while true {
       switch node {
       case .leaf(let l):
-        return rank + UInt64(l.find(key).index)
+        return rank.plusClamped(UInt64(l.find(key).index))
       case .branch(let b):
         let i = b.childIndex(for: key)
-        for c in 0..<i { rank += b.counts[c] }
+        for c in 0..<i { rank = rank.plusClamped(b.counts[c]) }
         node = try ctx.resolve(b.children[i], level: b.level - 1)
       }
     }

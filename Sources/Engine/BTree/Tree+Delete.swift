@@ -13,7 +13,7 @@ extension TreeRoot {
     guard let root else { return false }
     let node = try ctx.resolve(root, level: height - 1)
     guard let result = try Self.delete(key, from: node, ctx) else { return false }
-    count -= 1
+    count = count.minusClamped(1)
     try replaceRoot(with: result)
     try collapseRoot(ctx)
     return true
@@ -34,7 +34,7 @@ extension TreeRoot {
     guard let result = try Self.deleteRange(in: node, lower: nil, upper: nil, start: start, end: end, ctx) else {
       return 0
     }
-    count -= result.removed
+    count = count.minusClamped(result.removed)
     try replaceRoot(with: result.node)
     try collapseRoot(ctx)
     return result.removed
@@ -67,7 +67,7 @@ extension TreeRoot {
       guard let result = try delete(key, from: child, ctx) else { return .none }
       let w = ctx.writable(branch)
       if let newChild = result {
-        w.setChild(i, .memory(newChild), count: w.counts[i] - 1)
+        w.setChild(i, .memory(newChild), count: w.counts[i].minusClamped(1))
         try rebalance(w, child: i, ctx)
       } else {
         w.removeChildren(i..<(i + 1))
@@ -117,7 +117,7 @@ extension TreeRoot {
         guard let r = firstResult else { return nil }
         let w = ctx.writable(branch)
         if let n = r.node {
-          w.setChild(first, .memory(n), count: w.counts[first] - r.removed)
+          w.setChild(first, .memory(n), count: w.counts[first].minusClamped(r.removed))
           try rebalance(w, child: first, ctx)
         } else {
           w.removeChildren(first..<(first + 1))
@@ -129,16 +129,16 @@ extension TreeRoot {
       if firstResult == nil && lastResult == nil && last == first + 1 { return nil }
       let w = ctx.writable(branch)
       var removed: UInt64 = 0
-      for c in (first + 1)..<last { removed += w.counts[c] }
+      for c in (first + 1)..<last { removed = removed.plusClamped(w.counts[c]) }
       let firstDropped = firstResult?.dropped ?? false
       let lastDropped = lastResult?.dropped ?? false
       if let r = lastResult {
-        removed += r.removed
-        if let n = r.node { w.setChild(last, .memory(n), count: w.counts[last] - r.removed) }
+        removed = removed.plusClamped(r.removed)
+        if let n = r.node { w.setChild(last, .memory(n), count: w.counts[last].minusClamped(r.removed)) }
       }
       if let r = firstResult {
-        removed += r.removed
-        if let n = r.node { w.setChild(first, .memory(n), count: w.counts[first] - r.removed) }
+        removed = removed.plusClamped(r.removed)
+        if let n = r.node { w.setChild(first, .memory(n), count: w.counts[first].minusClamped(r.removed)) }
       }
       // The middle children and any dropped boundary child form one run.
       let run = (firstDropped ? first : first + 1)..<(lastDropped ? last + 1 : last)

@@ -23,7 +23,7 @@ extension TreeRoot {
     } else {
       self.root = .memory(result.node)
     }
-    if result.inserted { count += 1 }
+    if result.inserted { count = count.plusClamped(1) }
     return result.inserted
   }
 
@@ -51,7 +51,7 @@ extension TreeRoot {
         w.setChild(i, .memory(result.node), count: result.node.keyCount)
         w.insertChild(after: i, separator: separator, .memory(right), count: right.keyCount)
       } else {
-        w.setChild(i, .memory(result.node), count: w.counts[i] + (result.inserted ? 1 : 0))
+        w.setChild(i, .memory(result.node), count: w.counts[i].plusClamped(result.inserted ? 1 : 0))
       }
       if w.encodedSize > ctx.nodeSize && w.childCount > 2 {
         let (separator, right) = w.splitOff(from: w.splitIndex(), owner: ctx.owner)

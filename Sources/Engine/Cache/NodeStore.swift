@@ -29,11 +29,23 @@ final class NodeStore: @unchecked Sendable {
     return node
   }
 
+  /// Reads a referenced block whole, refusing lengths no block can have
+  /// (a damaged reference must not make us allocate gigabytes).
+  private func readBlock(_ ref: DiskRef) throws -> [UInt8] {
+    guard Int(ref.length) >= BlockLayout.header, Int(ref.length) <= BlockLayout.header + Limits.maxBlockPayload else {
+      throw EngineError(
+        .corrupted, "a reference gives block length \(ref.length), which no block can have", path: path,
+        offset: ref.offset.rawValue)
+    }
+    let bytes = try file.read(at: ref.offset.rawValue, count: Int(ref.length))
+    counters.bytesRead.add(bytes.count)
+    return bytes
+  }
+
   /// Reads and decodes a node without the cache.
   func readNode(_ ref: DiskRef) throws -> Node {
     let offset = ref.offset.rawValue
-    let bytes = try file.read(at: offset, count: Int(ref.length))
-    counters.bytesRead.add(bytes.count)
+    let bytes = try readBlock(ref)
     let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
     switch block.kind {
     case .leaf: return .leaf(try NodeCodec.decodeLeaf(block.payload, owner: 0, path: path, offset: offset))
@@ -46,8 +58,7 @@ final class NodeStore: @unchecked Sendable {
   /// The bytes of a large value.
   func largeValue(_ ref: DiskRef, length: Int) throws -> [UInt8] {
     let offset = ref.offset.rawValue
-    let bytes = try file.read(at: offset, count: Int(ref.length))
-    counters.bytesRead.add(bytes.count)
+    let bytes = try readBlock(ref)
     let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
     guard block.kind == .largeValue, block.payload.count == length else {
       throw EngineError(

@@ -21,7 +21,7 @@ struct CommitRecord: Equatable {
   var roots: [Root]
 
   /// Total live bytes: every block reachable from the roots.
-  var liveBytes: UInt64 { roots.reduce(0) { $0 + ($1.root?.subtreeBytes ?? 0) } }
+  var liveBytes: UInt64 { roots.reduce(0) { $0.plusClamped($1.root?.subtreeBytes ?? 0) } }
 
   func encode(blockLength: (Int) -> Int) -> [UInt8] {
     var w = ByteWriter()

@@ -2,7 +2,9 @@
 /// every length against the payload. Format: FORMAT.md §2.2 (leaf), §2.3 (branch).
 enum NodeCodec {
   /// Encodes a leaf whose pending large values have been written: `largeRefs`
-  /// maps their slot index to the block written for them.
+  /// maps their slot index to the block written for them. An entry in
+  /// `largeRefs` for a `.large` slot replaces its reference (compaction
+  /// moves large values to a new file).
   static func encodeLeaf(_ leaf: LeafNode, largeRefs: [Int: DiskRef]) -> [UInt8] {
     var w = ByteWriter(capacity: leaf.encodedSize)
     w.u32(UInt32(leaf.count))
@@ -20,8 +22,13 @@ enum NodeCodec {
           let v = Int(s.valueStart)
           w.append(UnsafeRawBufferPointer(rebasing: raw[v..<v + Int(s.valueLength)]))
         case .large:
-          let v = Int(s.valueStart)
-          w.append(UnsafeRawBufferPointer(rebasing: raw[v..<v + LeafLayout.largeRefSize]))
+          if let ref = largeRefs[i] {
+            w.u64(ref.offset.rawValue)
+            w.u32(ref.length)
+          } else {
+            let v = Int(s.valueStart)
+            w.append(UnsafeRawBufferPointer(rebasing: raw[v..<v + LeafLayout.largeRefSize]))
+          }
         case .pending:
           // Safe: the checkpoint writes every pending value before encoding its leaf.
           let ref = largeRefs[i]!

@@ -1,7 +1,7 @@
 /// What `verify` found.
-public struct VerifyReport: Sendable {
+public struct VerifyReport: Sendable, Codable {
   /// One broken rule.
-  public struct Problem: Sendable, CustomStringConvertible {
+  public struct Problem: Sendable, Codable, CustomStringConvertible {
     /// The FORMAT.md §7 rule broken, such as "F-7".
     public var rule: String
     /// What is wrong, with the numbers.
@@ -12,10 +12,13 @@ public struct VerifyReport: Sendable {
     public var offset: UInt64?
     /// The keyspace, when known.
     public var keyspace: String?
+    /// The keys the damaged node covers, as "[lower, upper)", when known.
+    public var keyRange: String?
 
     public var description: String {
       var s = "[\(rule)]"
       if let keyspace { s += " keyspace \"\(keyspace)\"" }
+      if let keyRange { s += " keys \(keyRange)" }
       if let path { s += " \(path)" }
       if let offset { s += " @\(offset)" }
       return s + ": " + message
@@ -24,10 +27,16 @@ public struct VerifyReport: Sendable {
 
   /// Every problem found, in the order found.
   public var problems: [Problem] = []
+  /// Things worth knowing that are not problems (a torn tail recovery will cut off).
+  public var notes: [String] = []
   /// Keys seen per keyspace.
   public var keyCounts: [String: UInt64] = [:]
   /// Nodes visited.
   public var nodesChecked = 0
+  /// Blocks of the data file checked (whole-file verification only).
+  public var blocksChecked = 0
+  /// Complete WAL records found (whole-file verification only).
+  public var walRecords = 0
 
   /// Whether nothing is wrong.
   public var isClean: Bool { problems.isEmpty }
@@ -68,9 +77,14 @@ struct TreeChecker {
     self.report = report
   }
 
+  /// The bounds of the node being checked, for problem reports.
+  private var bounds: (lower: [UInt8]?, upper: [UInt8]?) = (nil, nil)
+
   mutating func problem(_ rule: String, _ message: String, offset: UInt64? = nil) {
+    let range = "[\(bounds.lower.map(show) ?? "start"), \(bounds.upper.map(show) ?? "end"))"
     report.problems.append(
-      VerifyReport.Problem(rule: rule, message: message, path: ctx.store.path, offset: offset, keyspace: keyspace))
+      VerifyReport.Problem(
+        rule: rule, message: message, path: ctx.store.path, offset: offset, keyspace: keyspace, keyRange: range))
   }
 
   mutating func check(_ tree: TreeRoot) {
@@ -95,6 +109,7 @@ struct TreeChecker {
   mutating func visit(_ ref: NodeRef, level: Int, lower: [UInt8]?, upper: [UInt8]?, claimedCount: UInt64)
     -> (count: UInt64, bytes: UInt64?)?
   {
+    bounds = (lower, upper)
     var offset: UInt64?
     var ownLength: UInt64?
     if case .disk(let d) = ref {
@@ -133,7 +148,7 @@ struct TreeChecker {
         previous = key
         if leaf.slots[i].kind == .large {
           let r = leaf.largeRef(at: i)
-          largeBytes += UInt64(r.length)
+          largeBytes = largeBytes.plusClamped(UInt64(r.length))
           do {
             _ = try ctx.store.largeValue(r, length: Int(leaf.slots[i].valueLength))
           } catch {
@@ -141,7 +156,7 @@ struct TreeChecker {
           }
         }
       }
-      result = (UInt64(leaf.count), ownLength.map { $0 + largeBytes })
+      result = (UInt64(leaf.count), ownLength.map { $0.plusClamped(largeBytes) })
     case .branch(let branch):
       if branch.childCount == 0 { problem("F-11", "branch has no children", offset: offset) }
       for k in 1..<max(1, branch.keys.count) where compareBytes(branch.keys[k - 1], branch.keys[k]) >= 0 {
@@ -156,16 +171,16 @@ struct TreeChecker {
           let sub = visit(branch.children[i], level: level - 1, lower: lo, upper: hi, claimedCount: branch.counts[i])
         else {
           bytes = nil
-          total += branch.counts[i]
+          total = total.plusClamped(branch.counts[i])
           continue
         }
-        total += sub.count
+        total = total.plusClamped(sub.count)
         if case .disk(let d) = branch.children[i], let subBytes = sub.bytes, subBytes != d.subtreeBytes {
           problem(
             "F-10", "child \(i) records \(d.subtreeBytes) subtree bytes; its blocks hold \(subBytes)",
             offset: offset)
         }
-        if let b = bytes, let s = sub.bytes { bytes = b + s } else { bytes = nil }
+        if let b = bytes, let s = sub.bytes { bytes = b.plusClamped(s) } else { bytes = nil }
       }
       result = (total, bytes)
     }

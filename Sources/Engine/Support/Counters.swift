@@ -19,6 +19,7 @@ final class Counters: Sendable {
   let dataSyncs = Counter()
   let walSyncs = Counter()
   let checkpoints = Counter()
+  let compactions = Counter()
   let commits = Counter()
   init() {}
 }
@@ -53,7 +54,7 @@ public struct StorageStatistics: Sendable, Equatable {
   public var keyspaces: [String: Keyspace]
 
   /// Bytes of the data file that compaction would reclaim.
-  public var garbageBytes: UInt64 { dataFileBytes - liveBytes }
+  public var garbageBytes: UInt64 { dataFileBytes.minusClamped(liveBytes) }
   /// Garbage as a share of the data file, 0 to 1.
   public var garbageRatio: Double { dataFileBytes == 0 ? 0 : Double(garbageBytes) / Double(dataFileBytes) }
 }
@@ -83,6 +84,8 @@ public struct Statistics: Sendable, Equatable {
   public var walSyncs: Int
   /// Checkpoints run.
   public var checkpoints: Int
+  /// Compactions run.
+  public var compactions: Int
   /// Write transactions committed.
   public var commits: Int
   /// Bytes of decoded nodes in the cache now.
@@ -97,6 +100,6 @@ public struct Statistics: Sendable, Equatable {
       dataBytesWritten: dataBytesWritten - earlier.dataBytesWritten,
       walBytesWritten: walBytesWritten - earlier.walBytesWritten, dataSyncs: dataSyncs - earlier.dataSyncs,
       walSyncs: walSyncs - earlier.walSyncs, checkpoints: checkpoints - earlier.checkpoints,
-      commits: commits - earlier.commits, cacheBytes: cacheBytes)
+      compactions: compactions - earlier.compactions, commits: commits - earlier.commits, cacheBytes: cacheBytes)
   }
 }

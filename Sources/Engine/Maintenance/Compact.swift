@@ -1,0 +1,127 @@
+/// What a compaction did.
+public struct CompactionReport: Sendable, Equatable {
+  /// Data file length before.
+  public var bytesBefore: UInt64
+  /// Data file length after.
+  public var bytesAfter: UInt64
+  /// Wall-clock seconds taken.
+  public var seconds: Double
+}
+
+/// Compaction: rewriting the live data into a fresh data file.
+///
+/// The protocol, with what a crash at each step leaves (FORMAT.md §6):
+/// 1. Checkpoint, so the WAL is empty and every tree is on disk.
+/// 2. Copy every live node and large value into `cairn.data.compact`, in key
+///    order (children before parents), and a commit record naming the new
+///    roots with the same sequence; fsync before and after the record.
+///    (Crash: the old files are untouched; the leftover is ignored.)
+/// 3. Check every tree of the new file (every block read back, every
+///    invariant, every count); stop here if anything is wrong.
+/// 4. Write and fsync `cairn.wal.new`, naming the new commit record.
+/// 5. Rename the new data file over `cairn.data`, then the new log over
+///    `cairn.wal`, and fsync the folder. (Crash between the renames: the new
+///    data file ends with its commit record, which recovery takes; the old
+///    log is empty. Either way one complete store.)
+/// 6. Switch to the new file. Snapshots taken before keep reading the old
+///    one, which stays open (unlinked) until the last of them is released.
+extension Database {
+  /// Rewrites the live data of the latest commit into a fresh data file and
+  /// swaps it in atomically, reclaiming all garbage.
+  ///
+  /// Writers wait while it runs; readers do not. A crash at any moment
+  /// leaves either the old or the new store, complete.
+  ///
+  /// - Throws: ``EngineError/Code/readOnly``, ``EngineError/Code/closed``,
+  ///   ``EngineError/Code/poisoned``; an I/O error before the swap leaves the
+  ///   store as it was, after it poisons the store.
+  @discardableResult
+  public func compact() throws -> CompactionReport {
+    guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
+    gate.acquire()
+    defer { gate.release() }
+    try checkWritable()
+    try checkpointHoldingGate()
+    return try compactHoldingGate()
+  }
+
+  /// Runs a compaction. Called with the gate held, after a checkpoint.
+  func compactHoldingGate() throws -> CompactionReport {
+    let started = currentMilliseconds()
+    let before = lastCheckpoint.fileBytes
+    let tempPath = Path.join(path, StoreFiles.compactData)
+    if fs.exists(tempPath) { try fs.remove(tempPath) }
+
+    // 2. Copy the live trees into the new file.
+    let file = try fs.open(tempPath, .create)
+    let newStore = NodeStore(file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+    var installed = false
+    defer {
+      if !installed {
+        file.close()
+        try? fs.remove(tempPath)
+      }
+    }
+    try file.truncate(to: 0)
+    try file.write(try store.file.read(at: 0, count: HeaderLayout.size), at: 0)
+    var writer = CheckpointWriter(
+      target: newStore, copyingFrom: store, start: UInt64(HeaderLayout.size), compress: options.compression)
+    var trees: [String: TreeRoot] = [:]
+    for (name, tree) in committedTrees {
+      var t = tree
+      if let root = tree.root { t.root = .disk(try writer.write(root)) }
+      trees[name] = t
+    }
+    let (offset, checkpoint) = try writer.commit(trees, sequence: lastSequence, previous: .none)
+
+    // 3. Read every tree of the new file back before trusting it.
+    let report = TreeChecker.verify(trees, TreeContext(store: newStore))
+    guard report.isClean else {
+      throw EngineError(
+        .corrupted, "the compacted file failed its check, so it was not used: \(report.problems.prefix(3))",
+        path: tempPath)
+    }
+
+    // 4. A log naming the new commit record.
+    let walNew = Path.join(path, StoreFiles.newWAL)
+    let (walFile, salt) = try Recovery.createWAL(
+      at: walNew, fs: fs, storeID: storeID, sequence: lastSequence, commitOffset: offset)
+
+    // 5. Swap both files in. From the first rename on, a failure leaves the
+    //    files in a state only recovery should judge: poison the store.
+    do {
+      try fs.rename(tempPath, to: dataPath)
+      installed = true
+      try fs.rename(walNew, to: walPath)
+      try fs.syncDirectory(path)
+    } catch {
+      walFile.close()
+      throw setPoison(error)
+    }
+
+    // 6. Switch over.
+    let old = store
+    store = newStore
+    committedTrees = trees
+    lastCheckpoint = checkpoint
+    lastCommitOffset = BlockOffset(offset)
+    installWAL(WALFile(file: walFile, salt: salt))
+    publish(Version(sequence: lastSequence, trees: trees, store: newStore, checkpoint: checkpoint))
+    old.cache.removeAll()
+    counters.compactions.add(1)
+    return CompactionReport(
+      bytesBefore: before, bytesAfter: checkpoint.fileBytes, seconds: Double(currentMilliseconds() - started) / 1000)
+  }
+
+  /// Compacts after a checkpoint when garbage passes the configured share.
+  func compactIfWasteful() {
+    guard let ratio = options.autoCompactGarbageRatio,
+      lastCheckpoint.fileBytes >= UInt64(options.autoCompactMinimumBytes)
+    else { return }
+    let garbage = lastCheckpoint.fileBytes.minusClamped(lastCheckpoint.liveBytes)
+    guard Double(garbage) > ratio * Double(lastCheckpoint.fileBytes) else { return }
+    // A failure before the swap leaves the store as it was; after it, the
+    // store is poisoned and the next write says so.
+    _ = try? compactHoldingGate()
+  }
+}
