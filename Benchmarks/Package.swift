@@ -1,7 +1,8 @@
 // swift-tools-version: 6.0
 //
 // The benchmark harness: Cairn side by side with SQLite and LMDB. Its own
-// package, so the library itself links only liblz4 and libxxhash.
+// package, so the library itself links only liblz4 and libxxhash; this one
+// also links SQLite (libsqlite3-dev) and LMDB (liblmdb-dev).
 
 import PackageDescription
 
@@ -10,10 +11,12 @@ let package = Package(
   // Named explicitly: a path dependency is otherwise known by its folder name.
   dependencies: [.package(name: "Cairn", path: "..")],
   targets: [
+    .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+    .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", providers: [.apt(["liblmdb-dev"])]),
     .executableTarget(
       name: "cairn-bench",
-      dependencies: [.product(name: "Engine", package: "Cairn")]
-    )
+      dependencies: [.product(name: "Engine", package: "Cairn"), "CSQLite", "CLMDB"]
+    ),
   ],
   swiftLanguageModes: [.v6]
 )

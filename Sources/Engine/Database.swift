@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// A Cairn store: named keyspaces of byte-string keys and values, kept
 /// durably in a folder, with snapshot reads running beside one writer.
@@ -40,6 +41,8 @@ public final class Database: @unchecked Sendable {
   private let versionLock = Lock()
   private var _current: Version
   private var _closed = false
+  /// `_closed`, readable without the lock: every cursor step checks it.
+  private let closedFlag = Atomic<Bool>(false)
 
   // The writer's state: touched only while holding `gate`.
   let gate = WriterGate()
@@ -111,7 +114,7 @@ public final class Database: @unchecked Sendable {
   }
 
   /// Whether ``close()`` has been called.
-  public var isClosed: Bool { versionLock.withLock { _closed } }
+  public var isClosed: Bool { closedFlag.load(ordering: .acquiring) }
 
   /// Checkpoints (when opened for writing), closes the files and releases the
   /// lock. Snapshots and cursors still open fail with
@@ -125,6 +128,7 @@ public final class Database: @unchecked Sendable {
       do { try checkpointHoldingGate() } catch { failure = error }
     }
     versionLock.withLock { _closed = true }
+    closedFlag.store(true, ordering: .releasing)
     syncLock.withLock { flushScheduled = false }
     wal?.file.close()
     store.file.close()

@@ -27,6 +27,11 @@ enum Recovery {
       guard options.createIfMissing && writable else {
         throw EngineError(.notAStore, "no store at this path", path: path)
       }
+      guard fs.isDirectory(Path.parent(path)) else {
+        throw EngineError(
+          .invalidArgument, "cannot create the store: its parent folder \(Path.parent(path)) does not exist", path: path
+        )
+      }
       try fs.createDirectory(path)
     }
     guard fs.isDirectory(path) else { throw EngineError(.notAStore, "not a folder", path: path) }

@@ -28,18 +28,18 @@ public final class Snapshot: KeyValueReader, Sendable {
 
   public func get(_ key: [UInt8], in keyspace: String) throws -> [UInt8]? {
     try checkOpen()
-    return try version.trees[keyspace]?.get(key, context)
+    return try version.tree(keyspace)?.get(key, context)
   }
 
   public func cursor(in keyspace: String, range: KeyRange) throws -> Cursor {
     try checkOpen()
     let db = database
-    return try Cursor(tree: version.trees[keyspace] ?? .empty, context: context, range: range) { !db.isClosed }
+    return try Cursor(tree: version.tree(keyspace) ?? .empty, context: context, range: range) { !db.isClosed }
   }
 
   public func count(in keyspace: String, range: KeyRange) throws -> UInt64 {
     try checkOpen()
-    guard let tree = version.trees[keyspace] else { return 0 }
+    guard let tree = version.tree(keyspace) else { return 0 }
     if range == .all { return tree.count }
     return try tree.count(in: range, context)
   }

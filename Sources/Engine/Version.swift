@@ -10,11 +10,26 @@ final class Version: @unchecked Sendable {
   /// The data file as of the last checkpoint at or before this version.
   let checkpoint: CheckpointInfo
 
+  /// The first few keyspaces, for lookups that skip hashing the name.
+  private let few: [(name: String, tree: TreeRoot)]
+
   init(sequence: CommitSequence, trees: [String: TreeRoot], store: NodeStore, checkpoint: CheckpointInfo) {
     self.sequence = sequence
     self.trees = trees
     self.store = store
     self.checkpoint = checkpoint
+    few = trees.count <= 8 ? trees.map { ($0.key, $0.value) } : []
+  }
+
+  /// The tree of a keyspace. With few keyspaces, comparing short names is
+  /// cheaper than hashing one, and this runs on every read.
+  @inline(__always)
+  func tree(_ name: String) -> TreeRoot? {
+    if trees.count <= 8 {
+      for entry in few where entry.name == name { return entry.tree }
+      return nil
+    }
+    return trees[name]
   }
 }
 

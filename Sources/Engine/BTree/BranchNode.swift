@@ -8,12 +8,13 @@ final class BranchNode: @unchecked Sendable {
   let owner: UInt64
   /// Height above the leaves: children of a level-1 branch are leaves.
   let level: Int
-  private(set) var keys: [[UInt8]]
-  private(set) var children: [NodeRef]
-  private(set) var counts: [UInt64]
+  // Not checked at run time; see LeafNode.
+  @exclusivity(unchecked) private(set) var keys: PackedKeys
+  @exclusivity(unchecked) private(set) var children: [NodeRef]
+  @exclusivity(unchecked) private(set) var counts: [UInt64]
   private(set) var encodedSize: Int
 
-  init(owner: UInt64, level: Int, keys: [[UInt8]], children: [NodeRef], counts: [UInt64]) {
+  init(owner: UInt64, level: Int, keys: PackedKeys, children: [NodeRef], counts: [UInt64]) {
     precondition(children.count == counts.count && (children.isEmpty || keys.count == children.count - 1))
     self.owner = owner
     self.level = level
@@ -22,7 +23,7 @@ final class BranchNode: @unchecked Sendable {
     self.counts = counts
     self.encodedSize =
       BranchLayout.header + children.count * BranchLayout.childSize
-      + keys.reduce(0) { $0 + BranchLayout.keyHeader + $1.count }
+      + keys.count * BranchLayout.keyHeader + keys.bytes.count
   }
 
   var childCount: Int { children.count }
@@ -33,36 +34,22 @@ final class BranchNode: @unchecked Sendable {
   }
 
   /// The child whose range holds `key`: the number of separators <= `key`.
-  func childIndex(for key: UnsafeRawBufferPointer) -> Int {
-    var lo = 0
-    var hi = keys.count
-    while lo < hi {
-      let mid = (lo + hi) >> 1
-      let c = keys[mid].withUnsafeBytes { compareBytes($0, key) }
-      if c <= 0 { lo = mid + 1 } else { hi = mid }
-    }
-    return lo
-  }
+  @inline(__always)
+  func childIndex(for key: UnsafeRawBufferPointer) -> Int { keys.rank(of: key, inclusive: true) }
 
   func childIndex(for key: [UInt8]) -> Int { key.withUnsafeBytes { childIndex(for: $0) } }
 
   /// The number of separators < `key`: the last child that can hold keys below `key`.
   func lastChildBelow(_ key: [UInt8]) -> Int {
-    key.withUnsafeBytes { k in
-      var lo = 0
-      var hi = keys.count
-      while lo < hi {
-        let mid = (lo + hi) >> 1
-        if keys[mid].withUnsafeBytes({ compareBytes($0, k) }) < 0 { lo = mid + 1 } else { hi = mid }
-      }
-      return lo
-    }
+    key.withUnsafeBytes { keys.rank(of: $0, inclusive: false) }
   }
 
   /// Lower bound of child `i`, given the branch's own lower bound.
-  func lowerBound(of i: Int, within lower: [UInt8]?) -> [UInt8]? { i == 0 ? lower : keys[i - 1] }
+  func lowerBound(of i: Int, within lower: [UInt8]?) -> [UInt8]? { i == 0 ? lower : keys.key(i - 1) }
   /// Upper bound (exclusive) of child `i`, given the branch's own upper bound.
-  func upperBound(of i: Int, within upper: [UInt8]?) -> [UInt8]? { i == children.count - 1 ? upper : keys[i] }
+  func upperBound(of i: Int, within upper: [UInt8]?) -> [UInt8]? {
+    i == children.count - 1 ? upper : keys.key(i)
+  }
 
   // MARK: Writing (owner only)
 
@@ -91,24 +78,24 @@ final class BranchNode: @unchecked Sendable {
       keyRange = 0..<range.upperBound
     }
     encodedSize -= range.count * BranchLayout.childSize
-    for k in keyRange { encodedSize -= BranchLayout.keyHeader + keys[k].count }
-    keys.removeSubrange(keyRange)
+    for k in keyRange { encodedSize -= BranchLayout.keyHeader + keys.length(k) }
+    keys.remove(keyRange)
     children.removeSubrange(range)
     counts.removeSubrange(range)
   }
 
   /// Replaces separator `i` (between children `i` and `i+1`).
   func setKey(_ i: Int, _ key: [UInt8]) {
-    encodedSize += key.count - keys[i].count
-    keys[i] = key
+    encodedSize += key.count - keys.length(i)
+    keys.replace(i, with: key)
   }
 
   /// Moves children `[from...]` into a new branch; the separator before them
   /// moves up and is returned with it.
   func splitOff(from index: Int, owner: UInt64) -> (separator: [UInt8], right: BranchNode) {
-    let separator = keys[index - 1]
+    let separator = keys.key(index - 1)
     let right = BranchNode(
-      owner: owner, level: level, keys: Array(keys[index...]), children: Array(children[index...]),
+      owner: owner, level: level, keys: keys.slice(index..<keys.count), children: Array(children[index...]),
       counts: Array(counts[index...]))
     removeChildren(index..<children.count)
     return (separator, right)
@@ -128,7 +115,7 @@ final class BranchNode: @unchecked Sendable {
     let half = encodedSize / 2
     var acc = BranchLayout.header + BranchLayout.childSize
     for i in 1..<children.count {
-      acc += BranchLayout.childSize + BranchLayout.keyHeader + keys[i - 1].count
+      acc += BranchLayout.childSize + BranchLayout.keyHeader + keys.length(i - 1)
       if acc >= half { return Swift.min(i, children.count - 1) }
     }
     return children.count - 1

@@ -66,7 +66,7 @@ enum Node: @unchecked Sendable {
   var memoryCost: Int {
     switch self {
     case .leaf(let l): 96 + l.bufferCount + l.count * MemoryLayout<LeafSlot>.stride
-    case .branch(let b): 128 + b.keys.reduce(0) { $0 + $1.count + 32 } + b.children.count * 48
+    case .branch(let b): 128 + b.keys.bytes.count + b.keys.count * 4 + b.children.count * 48
     }
   }
 }

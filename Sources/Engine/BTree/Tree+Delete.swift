@@ -195,7 +195,7 @@ extension TreeRoot {
       }
     case (.branch(let l), .branch(let r)):
       let m = ctx.writable(l)
-      m.append(r, separator: w.keys[a])
+      m.append(r, separator: w.keys.key(a))
       if m.encodedSize > ctx.nodeSize && m.childCount > 2 {
         let (separator, newRight) = m.splitOff(from: m.splitIndex(), owner: ctx.owner)
         w.setChild(a, .memory(.branch(m)), count: m.totalCount)

@@ -15,7 +15,7 @@ extension TreeRoot {
     let result = try Self.put(key, value, into: node, ctx)
     if let (separator, right) = result.split {
       let branch = BranchNode(
-        owner: ctx.owner, level: height, keys: [separator],
+        owner: ctx.owner, level: height, keys: PackedKeys([separator]),
         children: [.memory(result.node), .memory(right)],
         counts: [result.node.keyCount, right.keyCount])
       self.root = .memory(.branch(branch))

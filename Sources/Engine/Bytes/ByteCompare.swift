@@ -8,12 +8,30 @@
 
 /// Lexicographic order of unsigned bytes, shorter first on a common prefix:
 /// the order of every keyspace.
+///
+/// Compares eight bytes at a time as big-endian words (so word order is byte
+/// order), then the tail byte by byte; keys are short, and a libc `memcmp`
+/// call costs more than the comparison itself.
 @inline(__always)
 func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
   let n = Swift.min(a.count, b.count)
   if n > 0 {
-    let c = memcmp(a.baseAddress!, b.baseAddress!, n)
-    if c != 0 { return Int(c) }
+    // Safe: n > 0, so both base addresses exist, and every load stays below n.
+    let pa = a.baseAddress!
+    let pb = b.baseAddress!
+    var i = 0
+    while i + 8 <= n {
+      let x = UInt64(bigEndian: pa.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+      let y = UInt64(bigEndian: pb.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+      if x != y { return x < y ? -1 : 1 }
+      i += 8
+    }
+    while i < n {
+      let x = pa.load(fromByteOffset: i, as: UInt8.self)
+      let y = pb.load(fromByteOffset: i, as: UInt8.self)
+      if x != y { return x < y ? -1 : 1 }
+      i += 1
+    }
   }
   return a.count - b.count
 }

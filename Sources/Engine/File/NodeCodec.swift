@@ -54,9 +54,9 @@ enum NodeCodec {
       w.u64(branch.counts[i])
       w.u64(ref.subtreeBytes)
     }
-    for key in branch.keys {
-      w.u16(UInt16(key.count))
-      w.append(key)
+    for i in 0..<branch.keys.count {
+      w.u16(UInt16(branch.keys.length(i)))
+      w.append(branch.keys.key(i))
     }
     assert(w.count == branch.encodedSize)
     return w.bytes
@@ -138,8 +138,7 @@ enum NodeCodec {
       children.append(.disk(DiskRef(offset: BlockOffset(childOffset), length: length, subtreeBytes: bytes)))
       counts.append(keys)
     }
-    var keys: [[UInt8]] = []
-    keys.reserveCapacity(count - 1)
+    var keys = PackedKeys()
     for i in 0..<(count - 1) {
       let length = Int(try r.u16("length of separator \(i)"))
       guard length <= Limits.maxKeySize else { throw r.error("separator \(i) length \(length) exceeds the key limit") }

@@ -159,7 +159,7 @@ struct TreeChecker {
       result = (UInt64(leaf.count), ownLength.map { $0.plusClamped(largeBytes) })
     case .branch(let branch):
       if branch.childCount == 0 { problem("F-11", "branch has no children", offset: offset) }
-      for k in 1..<max(1, branch.keys.count) where compareBytes(branch.keys[k - 1], branch.keys[k]) >= 0 {
+      for k in 1..<max(1, branch.keys.count) where branch.keys.compare(k - 1, branch.keys.key(k)) >= 0 {
         problem("F-6", "separator \(k) is not above separator \(k - 1)", offset: offset)
       }
       var total: UInt64 = 0

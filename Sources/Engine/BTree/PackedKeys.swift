@@ -1,0 +1,97 @@
+/// A sorted list of byte-string keys packed into one buffer: a branch's separators.
+///
+/// One buffer and one table of end offsets instead of an array per key: a
+/// binary search touches two arrays, not one per comparison (each of which
+/// Swift would retain and release), and a decoded branch allocates twice.
+struct PackedKeys: Equatable {
+  private(set) var bytes: [UInt8] = []
+  /// `ends[i]` is where key `i` ends in `bytes`; it starts where key `i-1` ends.
+  private(set) var ends: [UInt32] = []
+
+  init() {}
+
+  init(_ keys: [[UInt8]]) {
+    bytes.reserveCapacity(keys.reduce(0) { $0 + $1.count })
+    ends.reserveCapacity(keys.count)
+    for k in keys { append(k) }
+  }
+
+  var count: Int { ends.count }
+  var isEmpty: Bool { ends.isEmpty }
+
+  @inline(__always) private func start(_ i: Int) -> Int { i == 0 ? 0 : Int(ends[i - 1]) }
+
+  /// Length of key `i`.
+  func length(_ i: Int) -> Int { Int(ends[i]) - start(i) }
+
+  /// Key `i` as a new array.
+  func key(_ i: Int) -> [UInt8] { Array(bytes[start(i)..<Int(ends[i])]) }
+
+  /// Keys `range` as a new list.
+  func slice(_ range: Range<Int>) -> PackedKeys {
+    var p = PackedKeys()
+    guard !range.isEmpty else { return p }
+    let base = start(range.lowerBound)
+    p.bytes = Array(bytes[base..<Int(ends[range.upperBound - 1])])
+    p.ends = ends[range].map { $0 - UInt32(base) }
+    return p
+  }
+
+  /// The number of keys <= `key` (with `inclusive`) or < `key`.
+  @inline(__always)
+  func rank(of key: UnsafeRawBufferPointer, inclusive: Bool) -> Int {
+    bytes.withUnsafeBytes { raw in
+      ends.withUnsafeBufferPointer { ends in
+        var lo = 0
+        var hi = ends.count
+        while lo < hi {
+          let mid = (lo + hi) >> 1
+          let s = mid == 0 ? 0 : Int(ends[mid - 1])
+          // Safe: every end lies within bytes (built by append/insert, checked by decode).
+          let c = compareBytes(UnsafeRawBufferPointer(rebasing: raw[s..<Int(ends[mid])]), key)
+          if c < 0 || (inclusive && c == 0) { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+      }
+    }
+  }
+
+  /// Compares key `i` with `other`.
+  func compare(_ i: Int, _ other: [UInt8]) -> Int {
+    bytes.withUnsafeBytes { raw in
+      other.withUnsafeBytes { compareBytes(UnsafeRawBufferPointer(rebasing: raw[start(i)..<Int(ends[i])]), $0) }
+    }
+  }
+
+  mutating func append(_ key: [UInt8]) {
+    bytes.append(contentsOf: key)
+    ends.append(UInt32(bytes.count))
+  }
+
+  mutating func append(contentsOf other: PackedKeys) {
+    let base = UInt32(bytes.count)
+    bytes.append(contentsOf: other.bytes)
+    ends.append(contentsOf: other.ends.map { $0 + base })
+  }
+
+  mutating func insert(_ key: [UInt8], at i: Int) {
+    let s = start(i)
+    bytes.insert(contentsOf: key, at: s)
+    ends.insert(UInt32(s), at: i)
+    for j in i..<ends.count { ends[j] += UInt32(key.count) }
+  }
+
+  mutating func remove(_ range: Range<Int>) {
+    guard !range.isEmpty else { return }
+    let s = start(range.lowerBound)
+    let e = Int(ends[range.upperBound - 1])
+    bytes.removeSubrange(s..<e)
+    ends.removeSubrange(range)
+    for j in range.lowerBound..<ends.count { ends[j] -= UInt32(e - s) }
+  }
+
+  mutating func replace(_ i: Int, with key: [UInt8]) {
+    remove(i..<(i + 1))
+    insert(key, at: i)
+  }
+}
