@@ -6,6 +6,13 @@
 public protocol KeyValueReader {
   /// The value stored under `key` in `keyspace`, or nil.
   func get(_ key: [UInt8], in keyspace: String) throws -> [UInt8]?
+  /// Calls `body` with the value stored under `key` in `keyspace`, without
+  /// copying it; returns false if the key is absent. ``withValue(for:in:_:)``
+  /// is the convenient form.
+  ///
+  /// The buffer is valid only inside `body`.
+  func visitValue(for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws
+    -> Bool
   /// A cursor over `range` of `keyspace`, positioned before its first entry.
   func cursor(in keyspace: String, range: KeyRange) throws -> Cursor
   /// How many keys of `keyspace` lie in `range`, in O(height).
@@ -15,6 +22,20 @@ public protocol KeyValueReader {
 }
 
 extension KeyValueReader {
+  /// Calls `body` with the value stored under `key` in `keyspace`, without
+  /// copying it, and returns what `body` returns; nil if the key is absent.
+  ///
+  /// The buffer is valid only inside `body`. This is the fast way to read:
+  /// no allocation.
+  @inlinable
+  public func withValue<R>(for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> R) throws
+    -> R?
+  {
+    var result: R?
+    _ = try visitValue(for: key, in: keyspace) { result = try body($0) }
+    return result
+  }
+
   /// Whether `key` is present in `keyspace`.
   public func contains(_ key: [UInt8], in keyspace: String) throws -> Bool {
     try get(key, in: keyspace) != nil

@@ -31,6 +31,13 @@ public final class Snapshot: KeyValueReader, Sendable {
     return try version.tree(keyspace)?.get(key, context)
   }
 
+  public func visitValue(
+    for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Bool {
+    try checkOpen()
+    return try version.tree(keyspace)?.withValue(key, context, body) != nil
+  }
+
   public func cursor(in keyspace: String, range: KeyRange) throws -> Cursor {
     try checkOpen()
     let db = database

@@ -213,6 +213,13 @@ public final class WriteTransaction: KeyValueReader {
     return try trees[keyspace]?.get(key, context)
   }
 
+  public func visitValue(
+    for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Bool {
+    try checkOpen()
+    return try trees[keyspace]?.withValue(key, context, body) != nil
+  }
+
   /// A cursor over the transaction's state as it is now; later writes in
   /// this transaction are not seen by it.
   public func cursor(in keyspace: String, range: KeyRange) throws -> Cursor {

@@ -164,6 +164,30 @@ import Testing
     #expect(db.statistics.checkpoints > checkpointsBefore, "no checkpoint ran during the read")
   }
 
+  @Test func visitingEntriesInPlaceMatchesCopying() throws {
+    let db = try Self.database(3_000)
+    try db.write { tx in
+      try tx.put(key(1_500), [UInt8](repeating: 4, count: 5_000), in: "ks")  // a large value
+    }
+    let snap = try db.snapshot()
+    let range = KeyRange(from: key(1_000), to: key(2_000))
+    let copying = try snap.entries(in: "ks", range: range)
+    let c = try snap.cursor(in: "ks", range: range)
+    var visited: [Entry] = []
+    while let e = try c.next({ k, v in Entry(key: Array(k), value: Array(v)) }) { visited.append(e) }
+    #expect(visited == copying)
+    #expect(visited.count == 1_000)
+    #expect(try c.next({ _, _ in true }) == nil)
+    #expect(try snap.withValue(for: key(1_500), in: "ks") { $0.count } == 5_000)
+    #expect(try snap.withValue(for: key(7), in: "ks") { Array($0) } == b("v7"))
+    #expect(try snap.withValue(for: b("missing"), in: "ks") { _ in 1 } == nil)
+    #expect(try snap.withValue(for: key(7), in: "nosuch") { _ in 1 } == nil)
+    try db.write { tx in
+      try tx.put(key(7), b("changed"), in: "ks")
+      #expect(try tx.withValue(for: key(7), in: "ks") { Array($0) } == b("changed"))
+    }
+  }
+
   @Test func seekToOffsetUsesCounts() throws {
     let db = try Self.database(5_000)
     let snap = try db.snapshot()

@@ -109,16 +109,15 @@ final class CairnReader: KVReader, @unchecked Sendable {
   }
 
   func get(_ key: [UInt8]) throws -> Int {
-    guard let v = try snapshot.get(key, in: CairnSystem.keyspace) else { return -1 }
-    return Int(v.first ?? 0)
+    try snapshot.withValue(for: key, in: CairnSystem.keyspace) { Int($0.first ?? 0) } ?? -1
   }
 
   func scan(from key: [UInt8], count: Int) throws -> Int {
     let c = try snapshot.cursor(in: CairnSystem.keyspace, range: .from(key))
     var n = 0
     var sum = 0
-    while n < count, let e = try c.next() {
-      sum &+= Int(e.value.first ?? 0)
+    while n < count, let first = try c.next({ _, v in v.first ?? 0 }) {
+      sum &+= Int(first)
       n += 1
     }
     return n + (sum & 0)

@@ -21,6 +21,10 @@ public final class Cursor {
   /// Branches from the root down, and the child index taken in each.
   private var path: [(branch: BranchNode, index: Int)] = []
   private var leaf: LeafNode?
+  /// Whether every key of `leaf` lies below the range's upper bound, so
+  /// stepping forward in it needs no comparison. Worked out once per leaf.
+  private var leafBelowUpper = false
+  private var leafChecked: LeafNode?
   /// Gap index in `leaf`: entries before it are behind the cursor.
   private var index = 0
 
@@ -140,13 +144,25 @@ public final class Cursor {
 
   // MARK: Stepping
 
+  /// Whether the key at `i` of `l` is at or past the upper bound.
+  @inline(__always)
+  private func pastUpper(_ l: LeafNode, _ i: Int) -> Bool {
+    guard let upper = range.upper else { return false }
+    if leafChecked !== l {
+      leafChecked = l
+      leafBelowUpper = l.withKey(at: l.count - 1) { k in upper.withUnsafeBytes { compareBytes(k, $0) } } < 0
+    }
+    if leafBelowUpper { return false }
+    return l.withKey(at: i) { k in upper.withUnsafeBytes { compareBytes(k, $0) } } >= 0
+  }
+
   /// The entry after the cursor, moving past it; nil at the end of the range.
   public func next() throws -> Entry? {
     try checkOpen()
     while let l = leaf {
       if index < l.count {
+        if pastUpper(l, index) { return nil }
         let key = l.key(at: index)
-        if let upper = range.upper, compareBytes(key, upper) >= 0 { return nil }
         let value = try l.value(at: index, store: ctx.store)
         index += 1
         return Entry(key: key, value: value)
@@ -170,6 +186,42 @@ public final class Cursor {
       guard try stepLeaf(forward: false) else { return nil }
     }
     return nil
+  }
+
+  /// Calls `body` with the key and value of the entry after the cursor,
+  /// without copying them, and moves past it; returns what `body` returns,
+  /// or nil at the end of the range.
+  ///
+  /// The buffers are valid only inside `body`. This is the fast way to scan:
+  /// no allocation per entry.
+  @inlinable
+  public func next<R>(_ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> R) throws
+    -> R?
+  {
+    // The generic part is inlined into the caller, where R is known: an
+    // unspecialized generic would ask the runtime for Optional<R>'s
+    // metadata on every call.
+    var result: R?
+    try visitNext { key, value in result = try body(key, value) }
+    return result
+  }
+
+  /// ``next(_:)`` without generics. Returns false at the end of the range.
+  @usableFromInline
+  @discardableResult
+  func visitNext(_ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+    try checkOpen()
+    while let l = leaf {
+      if index < l.count {
+        let i = index
+        if pastUpper(l, i) { return false }
+        index += 1
+        try l.withKey(at: i) { k in try l.withValue(at: i, store: ctx.store) { v in try body(k, v) } }
+        return true
+      }
+      guard try stepLeaf(forward: true) else { return false }
+    }
+    return false
   }
 
   /// Up to `maxCount` entries after the cursor, moving past them. An empty

@@ -97,12 +97,12 @@ final class LeafNode: @unchecked Sendable {
       while lo < hi {
         let mid = (lo + hi) >> 1
         let s = slots[mid]
-        let k = UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)])
+        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
         if compareBytes(k, key) < 0 { lo = mid + 1 } else { hi = mid }
       }
       if lo < slots.count {
         let s = slots[lo]
-        let k = UnsafeRawBufferPointer(rebasing: raw[Int(s.keyStart)..<Int(s.keyStart) + Int(s.keyLength)])
+        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
         return (lo, compareBytes(k, key) == 0)
       }
       return (lo, false)
@@ -120,6 +120,31 @@ final class LeafNode: @unchecked Sendable {
     case .large:
       guard let store else { throw EngineError(.closed, "no data file to read a large value from") }
       return try store.largeValue(largeRef(at: i), length: Int(s.valueLength))
+    }
+  }
+
+  /// Calls `body` with the value at `i` in place (a large value is read first).
+  func withValue<R>(at i: Int, store: NodeStore?, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+    let s = slots[i]
+    switch s.kind {
+    case .inline:
+      return try buffer.withUnsafeBytes { raw in
+        // Safe: slot bounds were checked when decoded or set when appended.
+        try body(raw.bytes(from: Int(s.valueStart), count: Int(s.valueLength)))
+      }
+    case .pending:
+      return try pending[Int(s.valueStart)].withUnsafeBytes(body)
+    case .large:
+      return try value(at: i, store: store).withUnsafeBytes(body)
+    }
+  }
+
+  /// Calls `body` with the key at `i` in place.
+  @inline(__always)
+  func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    let s = slots[i]
+    return try buffer.withUnsafeBytes { raw in
+      try body(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)))
     }
   }
 

@@ -48,7 +48,7 @@ struct PackedKeys: Equatable {
           let mid = (lo + hi) >> 1
           let s = mid == 0 ? 0 : Int(ends[mid - 1])
           // Safe: every end lies within bytes (built by append/insert, checked by decode).
-          let c = compareBytes(UnsafeRawBufferPointer(rebasing: raw[s..<Int(ends[mid])]), key)
+          let c = compareBytes(raw.bytes(from: s, count: Int(ends[mid]) - s), key)
           if c < 0 || (inclusive && c == 0) { lo = mid + 1 } else { hi = mid }
         }
         return lo

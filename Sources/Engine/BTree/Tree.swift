@@ -58,21 +58,35 @@ struct TreeContext {
 }
 
 extension TreeRoot {
-  /// The value stored under `key`, or nil.
-  func get(_ key: [UInt8], _ ctx: TreeContext) throws -> [UInt8]? {
+  /// The leaf that holds (or would hold) `key`, and the key's index in it if present.
+  @inline(__always)
+  func leaf(for key: [UInt8], _ ctx: TreeContext) throws -> (leaf: LeafNode, index: Int)? {
     guard let root else { return nil }
-    return try key.withUnsafeBytes { k -> [UInt8]? in
+    return try key.withUnsafeBytes { k -> (LeafNode, Int)? in
       var node = try ctx.resolve(root, level: height - 1)
       while true {
         switch node {
         case .leaf(let leaf):
           let (i, found) = leaf.find(k)
-          return found ? try leaf.value(at: i, store: ctx.store) : nil
+          return found ? (leaf, i) : nil
         case .branch(let branch):
           node = try ctx.resolve(branch.children[branch.childIndex(for: k)], level: branch.level - 1)
         }
       }
     }
+  }
+
+  /// The value stored under `key`, or nil.
+  func get(_ key: [UInt8], _ ctx: TreeContext) throws -> [UInt8]? {
+    guard let (leaf, i) = try leaf(for: key, ctx) else { return nil }
+    return try leaf.value(at: i, store: ctx.store)
+  }
+
+  /// Calls `body` with the value stored under `key`, without copying it.
+  /// Returns nil if the key is absent.
+  func withValue(_ key: [UInt8], _ ctx: TreeContext, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Void? {
+    guard let (leaf, i) = try leaf(for: key, ctx) else { return nil }
+    return try leaf.withValue(at: i, store: ctx.store, body)
   }
 
   /// Collapses a root branch with one child, repeatedly.

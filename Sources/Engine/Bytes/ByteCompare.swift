@@ -36,6 +36,16 @@ func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> I
   return a.count - b.count
 }
 
+extension UnsafeRawBufferPointer {
+  /// `count` bytes from `start`, without going through `Slice` and `Range`
+  /// (whose generic index code is not specialized and showed in profiles).
+  /// The caller has checked `start + count <= self.count`.
+  @inline(__always)
+  func bytes(from start: Int, count: Int) -> UnsafeRawBufferPointer {
+    UnsafeRawBufferPointer(start: count == 0 ? baseAddress : baseAddress! + start, count: count)
+  }
+}
+
 /// ``compareBytes(_:_:)`` over two arrays.
 @inline(__always)
 func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
