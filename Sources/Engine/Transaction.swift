@@ -89,7 +89,8 @@ public final class WriteTransaction: KeyValueReader {
   }
 
   private func checkKeyspaceLimit(_ name: String) throws {
-    if trees[name] == nil && trees.count >= Limits.maxKeyspaces {
+    // The count first: the lookup is needed only near the limit.
+    if trees.count >= Limits.maxKeyspaces && trees[name] == nil {
       throw EngineError(.invalidArgument, "the store already holds \(Limits.maxKeyspaces) keyspaces")
     }
   }

@@ -33,45 +33,48 @@ struct ByteReader {
       offset: base + UInt64(position ?? self.position))
   }
 
+  // Field names are autoclosures: the message (often interpolated, as in
+  // "key length of entry \(i)") is built only when a read fails, not on
+  // every successful one.
   @inline(__always)
-  private mutating func need(_ n: Int, _ field: String) throws(EngineError) {
+  private mutating func need(_ n: Int, _ field: @autoclosure () -> String) throws(EngineError) {
     guard n >= 0, n <= end - position else {
-      throw error("\(field) needs \(n) bytes but only \(end - position) remain")
+      throw error("\(field()) needs \(n) bytes but only \(end - position) remain")
     }
   }
 
-  mutating func u8(_ field: String = "u8") throws(EngineError) -> UInt8 {
-    try need(1, field)
+  mutating func u8(_ field: @autoclosure () -> String = "u8") throws(EngineError) -> UInt8 {
+    try need(1, field())
     defer { position += 1 }
     return bytes[position]
   }
 
-  mutating func u16(_ field: String = "u16") throws(EngineError) -> UInt16 {
-    try need(2, field)
+  mutating func u16(_ field: @autoclosure () -> String = "u16") throws(EngineError) -> UInt16 {
+    try need(2, field())
     defer { position += 2 }
     return bytes.unsafeLoad(UInt16.self, at: position)
   }
 
-  mutating func u32(_ field: String = "u32") throws(EngineError) -> UInt32 {
-    try need(4, field)
+  mutating func u32(_ field: @autoclosure () -> String = "u32") throws(EngineError) -> UInt32 {
+    try need(4, field())
     defer { position += 4 }
     return bytes.unsafeLoad(UInt32.self, at: position)
   }
 
-  mutating func u64(_ field: String = "u64") throws(EngineError) -> UInt64 {
-    try need(8, field)
+  mutating func u64(_ field: @autoclosure () -> String = "u64") throws(EngineError) -> UInt64 {
+    try need(8, field())
     defer { position += 8 }
     return bytes.unsafeLoad(UInt64.self, at: position)
   }
 
-  mutating func bytes(_ count: Int, _ field: String = "bytes") throws(EngineError) -> [UInt8] {
-    try need(count, field)
+  mutating func bytes(_ count: Int, _ field: @autoclosure () -> String = "bytes") throws(EngineError) -> [UInt8] {
+    try need(count, field())
     defer { position += count }
     return Array(bytes[position..<position + count])
   }
 
-  mutating func skip(_ count: Int, _ field: String = "bytes") throws(EngineError) {
-    try need(count, field)
+  mutating func skip(_ count: Int, _ field: @autoclosure () -> String = "bytes") throws(EngineError) {
+    try need(count, field())
     position += count
   }
 }

@@ -50,7 +50,13 @@ struct WALRecordBuilder {
   /// Payload bytes so far.
   var size: Int { WALLayout.minimumPayload + namesSize + ops.count }
 
+  /// The last keyspace looked up: transactions mostly write one keyspace
+  /// many times, and comparing a name is cheaper than hashing it.
+  private var last: (name: String, index: UInt16)?
+
   private mutating func index(_ keyspace: String) -> UInt16 {
+    if let last, last.name == keyspace { return last.index }
+    defer { last = (keyspace, nameIndex[keyspace]!) }
     if let i = nameIndex[keyspace] { return i }
     let i = UInt16(names.count)
     names.append(keyspace)
