@@ -21,22 +21,30 @@ demo: deps
 	rm -rf /tmp/cairn-demo
 	.build/release/cairn-demo /tmp/cairn-demo
 
-## test: the whole suite (debug build).
-test: deps
+## test: the whole suite (debug build), then the benchmark harness end to
+## end at 1/100 size (no timing is asserted; it proves the harness works).
+test: bench-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+	$(MAKE) bench-quick
 
 ## test-tsan: the whole suite under ThreadSanitizer.
 test-tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread
 	CAIRN_SANITIZER=thread $(SWIFT) test --sanitize=thread
 
-## bench, bench-quick: the side-by-side harness (its own package in Benchmarks/).
+## bench: the side-by-side harness at full size (its own package in
+## Benchmarks/); writes out/bench/results.json, BENCHMARKS.md and the chart.
+## BENCH_ARGS passes flags through (e.g. BENCH_ARGS="--workloads delete").
+## bench-quick: every workload at 1/100 size, once.
 bench: bench-deps
-	cd Benchmarks && $(SWIFT) run -c release cairn-bench
+	cd Benchmarks && $(SWIFT) build -c release --product cairn-bench
+	cd Benchmarks && .build/release/cairn-bench --out ../out/bench --markdown ../BENCHMARKS.md $(BENCH_ARGS)
+	cp out/bench/ratios.svg Benchmarks/ratios.svg
 
 bench-quick: bench-deps
-	cd Benchmarks && $(SWIFT) run -c release cairn-bench --quick
+	cd Benchmarks && $(SWIFT) build -c release --product cairn-bench
+	cd Benchmarks && .build/release/cairn-bench --quick --out ../out/bench-quick $(BENCH_ARGS)
 
 ## fuzz: the file-reader fuzzer (libFuzzer + ASan) for FUZZ_TIME seconds.
 ## New inputs go to out/fuzz-corpus, crashes to out/fuzz-artifacts; each

@@ -147,7 +147,9 @@ for run in 0..<runs {
 try? FileManager.default.removeItem(atPath: folder)
 
 let rows = aggregate(measurements)
+let targets = evaluateTargets(rows)
 print(textTables(rows))
+print(targetsText(targets))
 print(String(format: "total time %.1f s", now() - started))
 for f in failures { print("FAILED: \(f)") }
 
@@ -156,12 +158,13 @@ struct Results: Codable {
   var scale: Double
   var runs: Int
   var measurements: [Measurement]
+  var targets: [TargetResult]
 }
 do {
   try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
   let encoder = JSONEncoder()
   encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-  try encoder.encode(Results(machine: machine, scale: scale, runs: runs, measurements: measurements))
+  try encoder.encode(Results(machine: machine, scale: scale, runs: runs, measurements: measurements, targets: targets))
     .write(to: URL(fileURLWithPath: outDir + "/results.json"))
   try Data(svgChart(rows).utf8).write(to: URL(fileURLWithPath: outDir + "/ratios.svg"))
   print("wrote \(outDir)/results.json and \(outDir)/ratios.svg")
@@ -181,7 +184,9 @@ do {
       \(machine.kernel), \(machine.fileSystem). SQLite \(machine.sqlite); \(machine.lmdb).
       Run on \(machine.date).
 
-      ![ratios](out/bench/ratios.svg)
+      ![ratios](Benchmarks/ratios.svg)
+      \(targetsMarkdown(targets))
+      ## Tables
       \(markdownTables(rows))
       """
     try Data(text.utf8).write(to: URL(fileURLWithPath: markdown))

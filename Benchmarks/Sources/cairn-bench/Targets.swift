@@ -1,0 +1,102 @@
+import Foundation
+
+/// One target from the benchmark issue, checked against this run.
+struct TargetResult: Codable {
+  var target: String
+  var measured: String
+  var met: Bool?
+}
+
+/// Evaluates the targets on the rows this run produced (those it could not
+/// measure are left out).
+func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
+  var out: [TargetResult] = []
+  func row(_ workload: String, _ suffix: String) -> Row? {
+    rows.first { $0.workload == workload && $0.row.hasSuffix(suffix) }
+  }
+  func rowPrefix(_ workload: String, _ prefix: String) -> Row? {
+    rows.first { $0.workload == workload && $0.row.hasPrefix(prefix) }
+  }
+  func check(_ target: String, _ value: Double?, _ met: (Double) -> Bool, _ show: (Double) -> String) {
+    guard let value else { return }
+    out.append(TargetResult(target: target, measured: show(value), met: met(value)))
+  }
+
+  // Batch delete.
+  let deletes = rows.filter { $0.workload == "5" && $0.row.hasPrefix("delete ") }
+  if let big = deletes.last {
+    check("batch delete of the largest range (\(big.row)): ≥1,000× SQLite's DELETE", big.ratio("sqlite"), { $0 >= 1000 }, formatRatio)
+    check("… ≥100× LMDB's cursor loop", big.ratio("lmdb"), { $0 >= 100 }, formatRatio)
+    check("… ≥1,000× Cairn's own per-key loop", big.ratio("cairn-perkey"), { $0 >= 1000 }, formatRatio)
+  }
+  for d in deletes {
+    check("\(d.row): under 2 ms including the fsync", d.medians["cairn"], { $0 < 0.002 }, formatSeconds)
+  }
+  if let before = row("5", "reads before the deletes")?.medians["cairn"] {
+    check(
+      "reads right after the deletes within 1.1× of before", row("5", "reads after the deletes")?.medians["cairn"].map { $0 / before },
+      { $0 <= 1.1 }, formatRatio)
+    check(
+      "… with a snapshot from before still open", row("5", "reads after, old snapshot open")?.medians["cairn"].map { $0 / before },
+      { $0 <= 1.1 }, formatRatio)
+  }
+
+  // Bulk load.
+  for r in rows where r.workload == "1" {
+    check("\(r.row): faster than SQLite", r.ratio("sqlite"), { $0 > 1 }, formatRatio)
+    check("\(r.row): within 1.5× of LMDB", r.ratio("lmdb"), { $0 >= 1 / 1.5 }, formatRatio)
+  }
+
+  // Random reads.
+  for r in rows where r.workload == "3" {
+    check("\(r.row): ≥2× SQLite", r.ratio("sqlite"), { $0 >= 2 }, formatRatio)
+    check("\(r.row): ≥0.7× LMDB", r.ratio("lmdb"), { $0 >= 0.7 }, formatRatio)
+  }
+
+  // Scans and batched reads.
+  if let full = rowPrefix("4", "full scan") { check("\(full.row): faster than SQLite", full.ratio("sqlite"), { $0 > 1 }, formatRatio) }
+  if let batched = rowPrefix("7", "batched read") {
+    check("\(batched.row): faster than SQLite", batched.ratio("sqlite"), { $0 > 1 }, formatRatio)
+    if let memory = batched.memory["cairn"] {
+      out.append(TargetResult(target: "batched read: peak memory (flat in N; compare runs at several scales)", measured: formatBytes(Double(memory)), met: nil))
+    }
+  }
+  if let first = rowPrefix("7", "time to first batch") {
+    check("time to first batch under 1 ms", first.medians["cairn"], { $0 < 0.001 }, formatSeconds)
+  }
+
+  // Durable commits.
+  if let one = rowPrefix("2", "")?.row, let single = row("2", one.components(separatedBy: ", ").last ?? ""),
+    let disk = rows.first(where: { $0.workload == "10" })?.medians["disk"], let cairn = single.medians["cairn"]
+  {
+    // Per-operation time: the disk row and the commit row have their own counts.
+    let diskPerOp = disk / Double(rows.first { $0.workload == "10" }?.ops["disk"] ?? 1)
+    let cairnPerOp = cairn / Double(single.ops["cairn"] ?? 1)
+    check("durable single-put commits: ≥0.8× the bare write+fsync rate", diskPerOp / cairnPerOp, { $0 >= 0.8 }, formatRatio)
+    if let four = row("2", "4 writers")?.medians["cairn"] {
+      check("4 writers commit more per second than 1", cairn / four, { $0 > 1 }, formatRatio)
+    }
+  }
+
+  // File size.
+  if let text = row("9", "text values") { check("size after load, half-compressible values: ≤0.7× SQLite", text.ratio("sqlite").map { 1 / $0 }, { $0 <= 0.7 }, formatRatio) }
+  if let random = row("9", "random values") { check("size after load, random values: ≤1.1× SQLite", random.ratio("sqlite").map { 1 / $0 }, { $0 <= 1.1 }, formatRatio) }
+  return out
+}
+
+func targetsText(_ results: [TargetResult]) -> String {
+  guard !results.isEmpty else { return "" }
+  var s = "\nTargets\n"
+  for r in results {
+    let mark = r.met.map { $0 ? "met   " : "MISSED" } ?? "      "
+    s += "  \(mark) \(r.target): \(r.measured)\n"
+  }
+  return s
+}
+
+func targetsMarkdown(_ results: [TargetResult]) -> String {
+  guard !results.isEmpty else { return "" }
+  var s = "\n## Targets\n\n| Target | Measured | Met |\n|---|---|---|\n"
+  for r in results { s += "| \(r.target) | \(r.measured) | \(r.met.map { $0 ? "yes" : "**no**" } ?? "—") |\n" }
+  return s
+}
