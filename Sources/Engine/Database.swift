@@ -192,6 +192,7 @@ public final class Database: @unchecked Sendable {
   /// every change it made is rolled back and the error is rethrown.
   ///
   /// Returns once the commit is durable, in ``Durability/full`` mode.
+  @discardableResult
   public func write<T>(_ body: (WriteTransaction) throws -> T) throws -> T {
     let tx = try beginWrite()
     do {

@@ -22,8 +22,10 @@ public enum Durability: Sendable, Hashable {
 public struct Options: Sendable {
   /// How commits are made durable. Default ``Durability/full``.
   public var durability: Durability = .full
-  /// Bytes of decoded nodes kept in memory for readers. Default 128 MiB.
-  public var cacheSize: Int = 128 << 20
+  /// Bytes of decoded nodes kept in memory for readers: an upper bound,
+  /// filled only as nodes are read. Default 256 MiB; set it lower on
+  /// memory-constrained devices (reads of nodes outside it decompress again).
+  public var cacheSize: Int = 256 << 20
   /// WAL size in bytes past which a checkpoint runs. Default 64 MiB.
   public var checkpointThreshold: Int = 64 << 20
   /// Target size in bytes of a node before compression; a node that grows

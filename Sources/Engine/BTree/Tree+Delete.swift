@@ -157,7 +157,7 @@ extension TreeRoot {
 
   /// Below this many encoded bytes a node merges with a neighbour.
   private static func isSmall(_ node: Node, _ ctx: TreeContext) -> Bool {
-    node.encodedSize < ctx.nodeSize / 4
+    node.encodedSize < ctx.limit(node) / 4
   }
 
   /// If child `i` of `w` is small, merges it with a neighbour.
@@ -196,7 +196,7 @@ extension TreeRoot {
     case (.branch(let l), .branch(let r)):
       let m = ctx.writable(l)
       m.append(r, separator: w.keys.key(a))
-      if m.encodedSize > ctx.nodeSize && m.childCount > 2 {
+      if m.encodedSize > ctx.branchSize && m.childCount > 2 {
         let (separator, newRight) = m.splitOff(from: m.splitIndex(), owner: ctx.owner)
         w.setChild(a, .memory(.branch(m)), count: m.totalCount)
         w.setChild(a + 1, .memory(.branch(newRight)), count: newRight.totalCount)

@@ -53,7 +53,7 @@ extension TreeRoot {
       } else {
         w.setChild(i, .memory(result.node), count: w.counts[i].plusClamped(result.inserted ? 1 : 0))
       }
-      if w.encodedSize > ctx.nodeSize && w.childCount > 2 {
+      if w.encodedSize > ctx.branchSize && w.childCount > 2 {
         let (separator, right) = w.splitOff(from: w.splitIndex(), owner: ctx.owner)
         return (.branch(w), (separator, .branch(right)), result.inserted)
       }

@@ -51,6 +51,19 @@ struct TreeContext {
   func writable(_ leaf: LeafNode) -> LeafNode { leaf.owner == owner ? leaf : leaf.copy(owner: owner) }
   func writable(_ branch: BranchNode) -> BranchNode { branch.owner == owner ? branch : branch.copy(owner: owner) }
 
+  /// The size a branch may grow to before it splits: larger than a leaf, so
+  /// the tree is a level shallower. Reads walk one node fewer (each walk
+  /// step is a few cache misses), while writes copy a longer branch on the
+  /// few paths they change.
+  var branchSize: Int { nodeSize * Self.branchFactor }
+  static let branchFactor = 4
+
+  /// The size a node of this kind may grow to.
+  func limit(_ node: Node) -> Int {
+    if case .branch = node { return branchSize }
+    return nodeSize
+  }
+
   /// Makes the value form a leaf stores: inline, or pending as a large value.
   func leafValue(_ value: [UInt8]) -> LeafValue {
     value.count > largeValueThreshold ? .pending(value) : .inline(value)
