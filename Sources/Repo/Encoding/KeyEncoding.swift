@@ -1,0 +1,164 @@
+import Foundation
+
+/// The order-preserving key encoding (FORMAT.md §9.2): ids and index values
+/// become byte strings whose byte order is the values' order, so the
+/// engine's ordered keyspaces serve equality, range and sort queries.
+///
+/// Every value is a marker byte (0x00 nil, 0x01 present) then its payload:
+/// - integers: 8 bytes big-endian, the sign bit flipped for signed types;
+/// - Double, Float, Date: the IEEE 754 bits of the double, sign-flipped for
+///   positives and fully inverted for negatives, 8 bytes big-endian;
+/// - Bool: one byte; UUID: its 16 bytes;
+/// - String: its NFC form's UTF-8, and Data its bytes, each 0x00 written as
+///   0x00 0xFF, then 0x00 0x00;
+/// - structs and tuples (compound keys): their fields' encodings, in order.
+///
+/// Each encoding is self-delimiting, so no encoding is a prefix of another
+/// and a compound key orders by its first field, then its second.
+public enum KeyEncoding {
+  /// The key bytes of `value`.
+  ///
+  /// - Throws: `RepoError.unsupportedKey` for values that have no ordered
+  ///   encoding (dictionaries, for instance).
+  public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+    let e = KeyEncoder()
+    try e.encode(value)
+    return e.bytes
+  }
+
+  /// The smallest byte string greater than every encoding that starts with `prefix`.
+  static func successor(_ prefix: [UInt8]) -> [UInt8]? {
+    var p = prefix
+    while let last = p.last {
+      if last < 0xFF {
+        p[p.count - 1] = last + 1
+        return p
+      }
+      p.removeLast()
+    }
+    return nil
+  }
+
+  static func orderedDouble(_ d: Double) -> UInt64 {
+    var v = d
+    if v == 0 { v = 0 }  // -0.0 and 0.0 are equal values: one encoding
+    if v.isNaN { v = .nan }  // one NaN
+    let bits = v.bitPattern
+    return bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63)
+  }
+}
+
+final class KeyEncoder {
+  var bytes: [UInt8] = []
+
+  @inline(__always) func big<T: FixedWidthInteger>(_ v: T) {
+    withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
+  }
+
+  func escaped<C: Collection>(_ raw: C) where C.Element == UInt8 {
+    for b in raw {
+      bytes.append(b)
+      if b == 0 { bytes.append(0xFF) }
+    }
+    bytes.append(0)
+    bytes.append(0)
+  }
+
+  func encode<T: Encodable>(_ value: T) throws {
+    switch value {
+    case let v as Int: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
+    case let v as String:
+      present()
+      // Swift compares strings by canonical equivalence: in NFC, equal
+      // strings have equal bytes and byte order is their order. ASCII is
+      // already NFC.
+      var s = v.utf8.allSatisfy { $0 < 0x80 } ? v : v.precomposedStringWithCanonicalMapping
+      s.withUTF8 { escaped($0) }
+    case let v as UUID:
+      present()
+      withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
+    case let v as Date: present(); big(KeyEncoding.orderedDouble(v.timeIntervalSinceReferenceDate))
+    case let v as Double: present(); big(KeyEncoding.orderedDouble(v))
+    case let v as Bool: present(); bytes.append(v ? 1 : 0)
+    case let v as Float: present(); big(KeyEncoding.orderedDouble(Double(v)))
+    case let v as Int64: present(); big(UInt64(bitPattern: v) ^ (1 << 63))
+    case let v as Int32: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
+    case let v as Int16: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
+    case let v as Int8: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
+    case let v as UInt: present(); big(UInt64(v))
+    case let v as UInt64: present(); big(v)
+    case let v as UInt32: present(); big(UInt64(v))
+    case let v as UInt16: present(); big(UInt64(v))
+    case let v as UInt8: present(); big(UInt64(v))
+    case let v as Data: present(); escaped(v)
+    case is any UnorderedCollection:
+      throw RepoError(.unsupportedKey, "a \(T.self) has no fixed order, so it cannot be part of a key or an index")
+    default: try value.encode(to: KeyValueEncoder(encoder: self))
+    }
+  }
+
+  @inline(__always) func present() { bytes.append(1) }
+  func null() { bytes.append(0) }
+}
+
+/// Structs, enums and tuples of key values: their parts, in order.
+struct KeyValueEncoder: Encoder {
+  let encoder: KeyEncoder
+  var codingPath: [any CodingKey] { [] }
+  var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+  func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+    KeyedEncodingContainer(KeyedKeyEncoder<Key>(encoder: encoder))
+  }
+  func unkeyedContainer() -> any UnkeyedEncodingContainer { UnkeyedKeyEncoder(encoder: encoder) }
+  func singleValueContainer() -> any SingleValueEncodingContainer { SingleKeyEncoder(encoder: encoder) }
+}
+
+struct KeyedKeyEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
+  let encoder: KeyEncoder
+  var codingPath: [any CodingKey] { [] }
+  mutating func encodeNil(forKey key: Key) throws { encoder.null() }
+  mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws { try encoder.encode(value) }
+  mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
+    if let value { try encoder.encode(value) } else { encoder.null() }
+  }
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+    -> KeyedEncodingContainer<NestedKey>
+  { KeyedEncodingContainer(KeyedKeyEncoder<NestedKey>(encoder: encoder)) }
+  mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+    UnkeyedKeyEncoder(encoder: encoder)
+  }
+  mutating func superEncoder() -> any Encoder { KeyValueEncoder(encoder: encoder) }
+  mutating func superEncoder(forKey key: Key) -> any Encoder { KeyValueEncoder(encoder: encoder) }
+}
+
+struct UnkeyedKeyEncoder: UnkeyedEncodingContainer {
+  let encoder: KeyEncoder
+  var codingPath: [any CodingKey] { [] }
+  var count = 0
+  mutating func encodeNil() throws {
+    count += 1
+    encoder.null()
+  }
+  mutating func encode<T: Encodable>(_ value: T) throws {
+    count += 1
+    try encoder.encode(value)
+  }
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type)
+    -> KeyedEncodingContainer<NestedKey>
+  { KeyedEncodingContainer(KeyedKeyEncoder<NestedKey>(encoder: encoder)) }
+  mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer { UnkeyedKeyEncoder(encoder: encoder) }
+  mutating func superEncoder() -> any Encoder { KeyValueEncoder(encoder: encoder) }
+}
+
+struct SingleKeyEncoder: SingleValueEncodingContainer {
+  let encoder: KeyEncoder
+  var codingPath: [any CodingKey] { [] }
+  mutating func encodeNil() throws { encoder.null() }
+  mutating func encode<T: Encodable>(_ value: T) throws { try encoder.encode(value) }
+}
+
+/// Collections whose encoding order is not fixed: never keys.
+protocol UnorderedCollection {}
+extension Dictionary: UnorderedCollection {}
+extension Set: UnorderedCollection {}

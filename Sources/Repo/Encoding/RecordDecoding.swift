@@ -1,0 +1,475 @@
+import Foundation
+
+/// Decodes the record encoding (FORMAT.md §9.1). Every read is bounds
+/// checked; bad bytes give a `DecodingError`, never a crash.
+final class RecordDecoder {
+  let bytes: [UInt8]
+  var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+  init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+  static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+    let d = RecordDecoder(bytes)
+    guard let version = bytes.first else { throw d.corrupt("empty record", []) }
+    guard version == recordFormatVersion else { throw d.corrupt("unknown record format version \(version)", []) }
+    return try d.decodeValue(type, at: 1, codingPath: [])
+  }
+
+  func corrupt(_ what: String, _ path: [any CodingKey]) -> DecodingError {
+    .dataCorrupted(DecodingError.Context(codingPath: path, debugDescription: what))
+  }
+
+  func mismatch(_ type: Any.Type, _ tag: UInt8, _ path: [any CodingKey]) -> DecodingError {
+    let found = RecordTag(rawValue: tag).map { "\($0)" } ?? "tag \(tag)"
+    return .typeMismatch(
+      type, DecodingError.Context(codingPath: path, debugDescription: "expected \(type), found \(found)"))
+  }
+
+  // MARK: Primitive reads
+
+  @inline(__always) func tag(at offset: Int, _ path: [any CodingKey]) throws -> UInt8 {
+    guard offset < bytes.count else { throw corrupt("record ends before a value", path) }
+    return bytes[offset]
+  }
+
+  func varint(at offset: inout Int, _ path: [any CodingKey]) throws -> UInt64 {
+    var result: UInt64 = 0
+    var shift: UInt64 = 0
+    while true {
+      guard offset < bytes.count, shift < 64 else { throw corrupt("bad varint", path) }
+      let b = bytes[offset]
+      offset += 1
+      result |= UInt64(b & 0x7F) << shift
+      if b < 0x80 { return result }
+      shift += 7
+    }
+  }
+
+  func fixed<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else {
+      throw corrupt("record ends inside a value", path)
+    }
+    return bytes.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+  }
+
+  /// A length-prefixed run of bytes at `offset`; returns its range and moves past it.
+  func run(at offset: inout Int, _ path: [any CodingKey]) throws -> Range<Int> {
+    let n = try varint(at: &offset, path)
+    guard n <= UInt64(bytes.count - offset) else { throw corrupt("a length runs past the record", path) }
+    let range = offset..<(offset + Int(n))
+    offset += Int(n)
+    return range
+  }
+
+  /// The offset just past the value at `offset`.
+  func skip(at start: Int, _ path: [any CodingKey], depth: Int = 0) throws -> Int {
+    guard depth < 64 else { throw corrupt("values nested too deep", path) }
+    var offset = start + 1
+    switch RecordTag(rawValue: try tag(at: start, path)) {
+    case .null, .false, .true: return offset
+    case .int, .uint:
+      _ = try varint(at: &offset, path)
+      return offset
+    case .double, .date:
+      _ = try fixed(UInt64.self, at: offset, path)
+      return offset + 8
+    case .float:
+      _ = try fixed(UInt32.self, at: offset, path)
+      return offset + 4
+    case .uuid:
+      guard offset + 16 <= bytes.count else { throw corrupt("record ends inside a UUID", path) }
+      return offset + 16
+    case .string, .data:
+      _ = try run(at: &offset, path)
+      return offset
+    case .keyed:
+      let count = Int(try fixed(UInt32.self, at: offset, path))
+      offset += 4
+      for _ in 0..<count {
+        _ = try run(at: &offset, path)
+        offset = try skip(at: offset, path, depth: depth + 1)
+      }
+      return offset
+    case .unkeyed:
+      let count = Int(try fixed(UInt32.self, at: offset, path))
+      offset += 4
+      for _ in 0..<count { offset = try skip(at: offset, path, depth: depth + 1) }
+      return offset
+    case nil:
+      throw corrupt("unknown tag \(bytes[start])", path)
+    }
+  }
+
+  func int64(at offset: Int, _ path: [any CodingKey]) throws -> Int64 {
+    var o = offset + 1
+    switch try tag(at: offset, path) {
+    case RecordTag.int.rawValue:
+      let z = try varint(at: &o, path)
+      return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+    case RecordTag.uint.rawValue:
+      let v = try varint(at: &o, path)
+      guard v <= UInt64(Int64.max) else { throw mismatch(Int64.self, bytes[offset], path) }
+      return Int64(v)
+    case let t: throw mismatch(Int64.self, t, path)
+    }
+  }
+
+  func uint64(at offset: Int, _ path: [any CodingKey]) throws -> UInt64 {
+    var o = offset + 1
+    switch try tag(at: offset, path) {
+    case RecordTag.uint.rawValue: return try varint(at: &o, path)
+    case RecordTag.int.rawValue:
+      let v = try int64(at: offset, path)
+      guard v >= 0 else { throw mismatch(UInt64.self, bytes[offset], path) }
+      return UInt64(v)
+    case let t: throw mismatch(UInt64.self, t, path)
+    }
+  }
+
+  func integer<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    if T.isSigned {
+      guard let v = T(exactly: try int64(at: offset, path)) else {
+        throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
+      }
+      return v
+    }
+    guard let v = T(exactly: try uint64(at: offset, path)) else {
+      throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
+    }
+    return v
+  }
+
+  func double(at offset: Int, _ path: [any CodingKey]) throws -> Double {
+    switch try tag(at: offset, path) {
+    case RecordTag.double.rawValue, RecordTag.date.rawValue:
+      return Double(bitPattern: try fixed(UInt64.self, at: offset + 1, path))
+    case RecordTag.float.rawValue: return Double(Float(bitPattern: try fixed(UInt32.self, at: offset + 1, path)))
+    case RecordTag.int.rawValue, RecordTag.uint.rawValue: return Double(try int64(at: offset, path))
+    case let t: throw mismatch(Double.self, t, path)
+    }
+  }
+
+  func string(at offset: Int, _ path: [any CodingKey]) throws -> String {
+    guard try tag(at: offset, path) == RecordTag.string.rawValue else {
+      throw mismatch(String.self, bytes[offset], path)
+    }
+    var o = offset + 1
+    let r = try run(at: &o, path)
+    return String(decoding: bytes[r], as: UTF8.self)
+  }
+
+  func bool(at offset: Int, _ path: [any CodingKey]) throws -> Bool {
+    switch try tag(at: offset, path) {
+    case RecordTag.true.rawValue: return true
+    case RecordTag.false.rawValue: return false
+    case let t: throw mismatch(Bool.self, t, path)
+    }
+  }
+
+  // MARK: Values
+
+  /// Decodes the value at `offset` as `T`.
+  func decodeValue<T: Decodable>(_ type: T.Type, at offset: Int, codingPath: [any CodingKey]) throws -> T {
+    if T.self == String.self { return try string(at: offset, codingPath) as! T }
+    if T.self == Int.self { return try integer(Int.self, at: offset, codingPath) as! T }
+    if T.self == Bool.self { return try bool(at: offset, codingPath) as! T }
+    if T.self == Double.self { return try double(at: offset, codingPath) as! T }
+    if T.self == Date.self {
+      guard try tag(at: offset, codingPath) == RecordTag.date.rawValue else {
+        throw mismatch(Date.self, bytes[offset], codingPath)
+      }
+      return Date(timeIntervalSinceReferenceDate: try double(at: offset, codingPath)) as! T
+    }
+    if T.self == UUID.self {
+      guard try tag(at: offset, codingPath) == RecordTag.uuid.rawValue, offset + 17 <= bytes.count else {
+        throw mismatch(UUID.self, bytes[offset], codingPath)
+      }
+      let u = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset + 1, as: uuid_t.self) }
+      return UUID(uuid: u) as! T
+    }
+    if T.self == Data.self {
+      guard try tag(at: offset, codingPath) == RecordTag.data.rawValue else {
+        throw mismatch(Data.self, bytes[offset], codingPath)
+      }
+      var o = offset + 1
+      return Data(bytes[try run(at: &o, codingPath)]) as! T
+    }
+    if T.self == Float.self { return Float(try double(at: offset, codingPath)) as! T }
+    if T.self == Int64.self { return try integer(Int64.self, at: offset, codingPath) as! T }
+    if T.self == Int32.self { return try integer(Int32.self, at: offset, codingPath) as! T }
+    if T.self == UInt64.self { return try integer(UInt64.self, at: offset, codingPath) as! T }
+    if T.self == UInt.self { return try integer(UInt.self, at: offset, codingPath) as! T }
+    // Every primitive must end here: its own init(from:) asks a single-value
+    // container for itself, which would come straight back.
+    if T.self == Int16.self { return try integer(Int16.self, at: offset, codingPath) as! T }
+    if T.self == Int8.self { return try integer(Int8.self, at: offset, codingPath) as! T }
+    if T.self == UInt32.self { return try integer(UInt32.self, at: offset, codingPath) as! T }
+    if T.self == UInt16.self { return try integer(UInt16.self, at: offset, codingPath) as! T }
+    if T.self == UInt8.self { return try integer(UInt8.self, at: offset, codingPath) as! T }
+    return try T(from: RecordValueDecoder(decoder: self, offset: offset, codingPath: codingPath))
+  }
+}
+
+/// The Decoder a value's `init(from:)` sees, positioned at one value.
+struct RecordValueDecoder: Decoder {
+  let decoder: RecordDecoder
+  let offset: Int
+  let codingPath: [any CodingKey]
+  var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+  func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+    KeyedDecodingContainer(try KeyedRecordDecoder<Key>(decoder: decoder, offset: offset, codingPath: codingPath))
+  }
+
+  func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+    try UnkeyedRecordDecoder(decoder: decoder, offset: offset, codingPath: codingPath)
+  }
+
+  func singleValueContainer() throws -> any SingleValueDecodingContainer {
+    SingleRecordDecoder(decoder: decoder, offset: offset, codingPath: codingPath)
+  }
+}
+
+/// A keyed container read in place. Fields are usually asked for in the
+/// order they were written, so it walks them with a cursor and falls back to
+/// a search from the start only for a field that is missing or out of order
+/// (schema evolution). No index of entries is built, and coding paths grow
+/// only when an error needs them.
+final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
+  let decoder: RecordDecoder
+  let codingPath: [any CodingKey]
+  private let first: Int  // offset of the first entry
+  private let count: Int
+  // Not checked at run time: a container lives inside one decode call.
+  @exclusivity(unchecked) private var cursor: Int  // offset of the entry `index`
+  @exclusivity(unchecked) private var index = 0
+
+  init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
+    self.decoder = decoder
+    self.codingPath = codingPath
+    guard try decoder.tag(at: offset, codingPath) == RecordTag.keyed.rawValue else {
+      throw decoder.mismatch([String: Any].self, decoder.bytes[offset], codingPath)
+    }
+    let count = Int(try decoder.fixed(UInt32.self, at: offset + 1, codingPath))
+    guard count <= decoder.bytes.count else { throw decoder.corrupt("implausible field count \(count)", codingPath) }
+    self.count = count
+    first = offset + 5
+    cursor = first
+  }
+
+  var allKeys: [Key] {
+    var keys: [Key] = []
+    var o = first
+    for _ in 0..<count {
+      guard let r = try? decoder.run(at: &o, codingPath), let next = try? decoder.skip(at: o, codingPath) else { break }
+      if let k = Key(stringValue: String(decoding: decoder.bytes[r], as: UTF8.self)) { keys.append(k) }
+      o = next
+    }
+    return keys
+  }
+
+  /// Whether the entry at `offset` has the name `name`; returns its value offset if so.
+  @inline(__always)
+  private func entry(at offset: Int, named name: UnsafeBufferPointer<UInt8>) throws -> (matches: Bool, value: Int) {
+    var o = offset
+    let r = try decoder.run(at: &o, codingPath)
+    let same =
+      r.count == name.count
+      && decoder.bytes.withUnsafeBytes { raw in
+        // Safe: run() checked the range lies in the record.
+        name.count == 0 || memcmp(raw.baseAddress! + r.lowerBound, name.baseAddress!, r.count) == 0
+      }
+    return (same, o)
+  }
+
+  /// The value offset of `key`, or nil when the record has no such field.
+  private func find(_ key: Key) throws -> Int? {
+    guard count > 0 else { return nil }
+    var name = key.stringValue
+    return try name.withUTF8 { utf8 -> Int? in
+      // 1. The next field in order: the common case.
+      if index < count {
+        let (same, value) = try entry(at: cursor, named: utf8)
+        if same {
+          let next = try decoder.skip(at: value, codingPath)
+          cursor = next
+          index += 1
+          return value
+        }
+      }
+      // 2. Anywhere else: search from the start.
+      var o = first
+      for i in 0..<count {
+        let (same, value) = try entry(at: o, named: utf8)
+        let next = try decoder.skip(at: value, codingPath)
+        if same {
+          cursor = next
+          index = i + 1
+          return value
+        }
+        o = next
+      }
+      return nil
+    }
+  }
+
+  func contains(_ key: Key) -> Bool { ((try? find(key)) ?? nil) != nil }
+
+  private func value(_ key: Key) throws -> Int {
+    guard let offset = try find(key) else {
+      throw DecodingError.keyNotFound(
+        key, DecodingError.Context(codingPath: codingPath, debugDescription: "no field \"\(key.stringValue)\""))
+    }
+    return offset
+  }
+
+  func decodeNil(forKey key: Key) throws -> Bool {
+    guard let offset = try find(key) else { return true }
+    return try decoder.tag(at: offset, codingPath) == RecordTag.null.rawValue
+  }
+
+  func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+    let offset = try value(key)
+    do {
+      if try decoder.tag(at: offset, codingPath) == RecordTag.null.rawValue {
+        throw DecodingError.valueNotFound(
+          type, DecodingError.Context(codingPath: codingPath + [key], debugDescription: "field is null"))
+      }
+      return try decoder.decodeValue(
+        type, at: offset, codingPath: isPrimitive(T.self) ? codingPath : codingPath + [key])
+    } catch let e as DecodingError {
+      throw withKey(e, key)
+    }
+  }
+
+  func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+    guard let offset = try find(key) else { return nil }
+    do {
+      if try decoder.tag(at: offset, codingPath) == RecordTag.null.rawValue { return nil }
+      return try decoder.decodeValue(
+        type, at: offset, codingPath: isPrimitive(T.self) ? codingPath : codingPath + [key])
+    } catch let e as DecodingError {
+      throw withKey(e, key)
+    }
+  }
+
+  /// Adds `key` to an error's path if a primitive's decoding left it out.
+  private func withKey(_ e: DecodingError, _ key: Key) -> DecodingError {
+    func fix(_ c: DecodingError.Context) -> DecodingError.Context {
+      c.codingPath.count > codingPath.count
+        ? c : DecodingError.Context(codingPath: codingPath + [key], debugDescription: c.debugDescription)
+    }
+    switch e {
+    case .typeMismatch(let t, let c): return .typeMismatch(t, fix(c))
+    case .valueNotFound(let t, let c): return .valueNotFound(t, fix(c))
+    case .dataCorrupted(let c): return .dataCorrupted(fix(c))
+    default: return e
+    }
+  }
+
+  func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+    -> KeyedDecodingContainer<NestedKey>
+  {
+    KeyedDecodingContainer(
+      try KeyedRecordDecoder<NestedKey>(decoder: decoder, offset: try value(key), codingPath: codingPath + [key]))
+  }
+
+  func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+    try UnkeyedRecordDecoder(decoder: decoder, offset: try value(key), codingPath: codingPath + [key])
+  }
+
+  func superDecoder() throws -> any Decoder {
+    try superDecoder(forKey: Key(stringValue: "super")!)
+  }
+
+  func superDecoder(forKey key: Key) throws -> any Decoder {
+    RecordValueDecoder(decoder: decoder, offset: try value(key), codingPath: codingPath + [key])
+  }
+}
+
+struct UnkeyedRecordDecoder: UnkeyedDecodingContainer {
+  let decoder: RecordDecoder
+  let codingPath: [any CodingKey]
+  let count: Int?
+  private(set) var currentIndex = 0
+  private var offset: Int
+
+  init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
+    self.decoder = decoder
+    self.codingPath = codingPath
+    guard try decoder.tag(at: offset, codingPath) == RecordTag.unkeyed.rawValue else {
+      throw decoder.mismatch([Any].self, decoder.bytes[offset], codingPath)
+    }
+    let n = Int(try decoder.fixed(UInt32.self, at: offset + 1, codingPath))
+    guard n <= decoder.bytes.count else { throw decoder.corrupt("implausible element count \(n)", codingPath) }
+    count = n
+    self.offset = offset + 5
+  }
+
+  var isAtEnd: Bool { currentIndex >= (count ?? 0) }
+
+  private var path: [any CodingKey] { codingPath + [IndexKey(intValue: currentIndex)] }
+
+  private mutating func advance() throws -> Int {
+    guard !isAtEnd else {
+      throw DecodingError.valueNotFound(Any.self, .init(codingPath: path, debugDescription: "past the last element"))
+    }
+    let at = offset
+    offset = try decoder.skip(at: at, path)
+    currentIndex += 1
+    return at
+  }
+
+  mutating func decodeNil() throws -> Bool {
+    guard !isAtEnd else { return false }
+    if try decoder.tag(at: offset, path) == RecordTag.null.rawValue {
+      _ = try advance()
+      return true
+    }
+    return false
+  }
+
+  mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+    let p = path
+    let at = try advance()
+    return try decoder.decodeValue(type, at: at, codingPath: p)
+  }
+
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
+    -> KeyedDecodingContainer<NestedKey>
+  {
+    let p = path
+    return KeyedDecodingContainer(
+      try KeyedRecordDecoder<NestedKey>(decoder: decoder, offset: try advance(), codingPath: p))
+  }
+
+  mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+    let p = path
+    return try UnkeyedRecordDecoder(decoder: decoder, offset: try advance(), codingPath: p)
+  }
+
+  mutating func superDecoder() throws -> any Decoder {
+    let p = path
+    return RecordValueDecoder(decoder: decoder, offset: try advance(), codingPath: p)
+  }
+}
+
+struct SingleRecordDecoder: SingleValueDecodingContainer {
+  let decoder: RecordDecoder
+  let offset: Int
+  let codingPath: [any CodingKey]
+
+  func decodeNil() -> Bool { (try? decoder.tag(at: offset, codingPath)) == RecordTag.null.rawValue }
+
+  func decode<T: Decodable>(_ type: T.Type) throws -> T {
+    try decoder.decodeValue(type, at: offset, codingPath: codingPath)
+  }
+}
+
+/// The coding key of an unkeyed container's element.
+struct IndexKey: CodingKey {
+  var stringValue: String { String(intValue!) }
+  var intValue: Int?
+  init(intValue: Int) { self.intValue = intValue }
+  init?(stringValue: String) { nil }
+}

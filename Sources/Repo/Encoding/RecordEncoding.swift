@@ -1,0 +1,407 @@
+import Foundation
+
+/// The compact binary encoding of records (FORMAT.md §9.1).
+///
+/// A self-describing, tagged encoding of a Codable value: keyed containers
+/// keep their field names, so a record written by an older version of a
+/// model still decodes (a new optional field reads as nil, a removed field
+/// is skipped), and a field whose type changed is reported by name. It
+/// skips everything JSON spends time on: no text numbers, no escaping, no
+/// parsing of punctuation.
+enum RecordTag: UInt8 {
+  case null = 0x00
+  case `false` = 0x01
+  case `true` = 0x02
+  case int = 0x03  // zigzag varint
+  case uint = 0x04  // varint
+  case double = 0x05  // 8 bytes, IEEE 754, little-endian
+  case float = 0x06  // 4 bytes
+  case string = 0x07  // varint length, UTF-8
+  case data = 0x08  // varint length, bytes
+  case date = 0x09  // 8 bytes: seconds since 2001-01-01 as a double
+  case uuid = 0x0A  // 16 bytes
+  case keyed = 0x0B  // u32 count, then count × (varint key length, key, value)
+  case unkeyed = 0x0C  // u32 count, then count × value
+}
+
+/// The record format version (FORMAT.md §9.1); the first byte of every record.
+let recordFormatVersion: UInt8 = 1
+
+// MARK: Writing
+
+struct ByteBuffer {
+  var bytes: [UInt8] = []
+
+  @inline(__always) mutating func byte(_ b: UInt8) { bytes.append(b) }
+
+  @inline(__always) mutating func varint(_ value: UInt64) {
+    var v = value
+    while v >= 0x80 {
+      bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+      v >>= 7
+    }
+    bytes.append(UInt8(v))
+  }
+
+  @inline(__always) mutating func fixed<T: FixedWidthInteger>(_ v: T) {
+    withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+  }
+
+  mutating func string(_ s: String) {
+    var s = s
+    s.withUTF8 { utf8 in
+      varint(UInt64(utf8.count))
+      bytes.append(contentsOf: utf8)
+    }
+  }
+}
+
+/// Encodes a Codable value into the record encoding.
+final class RecordEncoder {
+  // Not checked at run time: an encoder lives inside one encode call, on one
+  // thread, and the checks cost a quarter of encoding.
+  @exclusivity(unchecked) var buffer = ByteBuffer()
+
+  static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+    let e = RecordEncoder()
+    e.buffer.bytes.reserveCapacity(128)
+    e.buffer.byte(recordFormatVersion)
+    try e.encodeValue(value, codingPath: [])
+    return e.buffer.bytes
+  }
+
+  /// Writes one value (tag and payload).
+  ///
+  /// Primitives are recognized by comparing metatypes, then reinterpreted:
+  /// a chain of `as?` casts costs a runtime cast call per case.
+  func encodeValue<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws {
+    if T.self == String.self {
+      buffer.byte(RecordTag.string.rawValue)
+      buffer.string(unsafeBitCast(value, to: String.self))
+    } else if T.self == Int.self {
+      encodeInt(Int64(unsafeBitCast(value, to: Int.self)))
+    } else if T.self == Bool.self {
+      buffer.byte(unsafeBitCast(value, to: Bool.self) ? RecordTag.true.rawValue : RecordTag.false.rawValue)
+    } else if T.self == Double.self {
+      buffer.byte(RecordTag.double.rawValue)
+      buffer.fixed(unsafeBitCast(value, to: Double.self).bitPattern)
+    } else if T.self == Date.self {
+      buffer.byte(RecordTag.date.rawValue)
+      buffer.fixed(unsafeBitCast(value, to: Date.self).timeIntervalSinceReferenceDate.bitPattern)
+    } else if T.self == UUID.self {
+      buffer.byte(RecordTag.uuid.rawValue)
+      withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { buffer.bytes.append(contentsOf: $0) }
+    } else if let v = value as? Data {
+      buffer.byte(RecordTag.data.rawValue)
+      buffer.varint(UInt64(v.count))
+      buffer.bytes.append(contentsOf: v)
+    } else if T.self == Float.self {
+      buffer.byte(RecordTag.float.rawValue)
+      buffer.fixed(unsafeBitCast(value, to: Float.self).bitPattern)
+    } else if T.self == Int64.self {
+      encodeInt(unsafeBitCast(value, to: Int64.self))
+    } else if T.self == Int32.self {
+      encodeInt(Int64(unsafeBitCast(value, to: Int32.self)))
+    } else if T.self == Int16.self {
+      encodeInt(Int64(unsafeBitCast(value, to: Int16.self)))
+    } else if T.self == Int8.self {
+      encodeInt(Int64(unsafeBitCast(value, to: Int8.self)))
+    } else if T.self == UInt.self {
+      encodeUInt(UInt64(unsafeBitCast(value, to: UInt.self)))
+    } else if T.self == UInt64.self {
+      encodeUInt(unsafeBitCast(value, to: UInt64.self))
+    } else if T.self == UInt32.self {
+      encodeUInt(UInt64(unsafeBitCast(value, to: UInt32.self)))
+    } else if T.self == UInt16.self {
+      encodeUInt(UInt64(unsafeBitCast(value, to: UInt16.self)))
+    } else if T.self == UInt8.self {
+      encodeUInt(UInt64(unsafeBitCast(value, to: UInt8.self)))
+    } else {
+      let inner = RecordValueEncoder(encoder: self, codingPath: codingPath)
+      try value.encode(to: inner)
+      inner.finish()
+    }
+  }
+
+  @inline(__always) func encodeInt(_ v: Int64) {
+    buffer.byte(RecordTag.int.rawValue)
+    buffer.varint(UInt64(bitPattern: (v << 1) ^ (v >> 63)))
+  }
+
+  @inline(__always) func encodeUInt(_ v: UInt64) {
+    buffer.byte(RecordTag.uint.rawValue)
+    buffer.varint(v)
+  }
+
+  /// Opens a container: its tag and a u32 count to patch when it closes.
+  func openContainer(_ tag: RecordTag) -> Int {
+    buffer.byte(tag.rawValue)
+    let at = buffer.bytes.count
+    buffer.fixed(UInt32(0))
+    return at
+  }
+
+  func patchCount(_ count: Int, at offset: Int) {
+    buffer.bytes.withUnsafeMutableBytes {
+      $0.storeBytes(of: UInt32(count).littleEndian, toByteOffset: offset, as: UInt32.self)
+    }
+  }
+}
+
+/// The Encoder a value's `encode(to:)` sees. Its one container is written
+/// straight into the shared buffer; `finish()` patches the count.
+final class RecordValueEncoder: Encoder {
+  let encoder: RecordEncoder
+  let codingPath: [any CodingKey]
+  var userInfo: [CodingUserInfoKey: Any] { [:] }
+  /// Where the container's count lives, and how many entries it has.
+  @exclusivity(unchecked) var countOffset: Int?
+  @exclusivity(unchecked) var count = 0
+  @exclusivity(unchecked) var wroteSingleValue = false
+
+  init(encoder: RecordEncoder, codingPath: [any CodingKey]) {
+    self.encoder = encoder
+    self.codingPath = codingPath
+  }
+
+  func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+    if countOffset == nil { countOffset = encoder.openContainer(.keyed) }
+    return KeyedEncodingContainer(KeyedRecordEncoder<Key>(parent: self))
+  }
+
+  func unkeyedContainer() -> any UnkeyedEncodingContainer {
+    if countOffset == nil { countOffset = encoder.openContainer(.unkeyed) }
+    return UnkeyedRecordEncoder(parent: self)
+  }
+
+  func singleValueContainer() -> any SingleValueEncodingContainer { SingleRecordEncoder(parent: self) }
+
+  func finish() {
+    if let countOffset {
+      encoder.patchCount(count, at: countOffset)
+    } else if !wroteSingleValue {
+      // A value that encoded nothing at all: an empty keyed container.
+      encoder.patchCount(0, at: encoder.openContainer(.keyed))
+    }
+  }
+}
+
+struct KeyedRecordEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
+  let parent: RecordValueEncoder
+  var codingPath: [any CodingKey] { parent.codingPath }
+
+  private func key(_ key: Key) {
+    parent.count += 1
+    parent.encoder.buffer.string(key.stringValue)
+  }
+
+  mutating func encodeNil(forKey k: Key) throws {
+    key(k)
+    parent.encoder.buffer.byte(RecordTag.null.rawValue)
+  }
+
+  mutating func encode<T: Encodable>(_ value: T, forKey k: Key) throws {
+    key(k)
+    // The path grows only for values that open containers of their own.
+    try parent.encoder.encodeValue(value, codingPath: isPrimitive(T.self) ? codingPath : codingPath + [k])
+  }
+
+  // Concrete overloads skip the dynamic casts of the generic path.
+  mutating func encode(_ value: String, forKey k: Key) throws {
+    key(k)
+    parent.encoder.buffer.byte(RecordTag.string.rawValue)
+    parent.encoder.buffer.string(value)
+  }
+  mutating func encode(_ value: Int, forKey k: Key) throws {
+    key(k)
+    parent.encoder.encodeInt(Int64(value))
+  }
+  mutating func encode(_ value: Bool, forKey k: Key) throws {
+    key(k)
+    parent.encoder.buffer.byte(value ? RecordTag.true.rawValue : RecordTag.false.rawValue)
+  }
+  mutating func encode(_ value: Double, forKey k: Key) throws {
+    key(k)
+    parent.encoder.buffer.byte(RecordTag.double.rawValue)
+    parent.encoder.buffer.fixed(value.bitPattern)
+  }
+
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey k: Key)
+    -> KeyedEncodingContainer<NestedKey>
+  {
+    key(k)
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k])
+    nested.countOffset = parent.encoder.openContainer(.keyed)
+    // The nested container's count is patched as entries arrive.
+    return KeyedEncodingContainer(PatchingKeyedEncoder<NestedKey>(inner: KeyedRecordEncoder<NestedKey>(parent: nested)))
+  }
+
+  mutating func nestedUnkeyedContainer(forKey k: Key) -> any UnkeyedEncodingContainer {
+    key(k)
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k])
+    nested.countOffset = parent.encoder.openContainer(.unkeyed)
+    return PatchingUnkeyedEncoder(inner: UnkeyedRecordEncoder(parent: nested))
+  }
+
+  mutating func superEncoder() -> any Encoder { superEncoder(forKey: Key(stringValue: "super")!) }
+
+  mutating func superEncoder(forKey k: Key) -> any Encoder {
+    key(k)
+    return PatchingEncoder(inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k]))
+  }
+}
+
+struct UnkeyedRecordEncoder: UnkeyedEncodingContainer {
+  let parent: RecordValueEncoder
+  var codingPath: [any CodingKey] { parent.codingPath }
+  var count: Int { parent.count }
+
+  mutating func encodeNil() throws {
+    parent.count += 1
+    parent.encoder.buffer.byte(RecordTag.null.rawValue)
+  }
+
+  mutating func encode<T: Encodable>(_ value: T) throws {
+    parent.count += 1
+    try parent.encoder.encodeValue(value, codingPath: codingPath)
+  }
+
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type)
+    -> KeyedEncodingContainer<NestedKey>
+  {
+    parent.count += 1
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath)
+    nested.countOffset = parent.encoder.openContainer(.keyed)
+    return KeyedEncodingContainer(PatchingKeyedEncoder<NestedKey>(inner: KeyedRecordEncoder<NestedKey>(parent: nested)))
+  }
+
+  mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+    parent.count += 1
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath)
+    nested.countOffset = parent.encoder.openContainer(.unkeyed)
+    return PatchingUnkeyedEncoder(inner: UnkeyedRecordEncoder(parent: nested))
+  }
+
+  mutating func superEncoder() -> any Encoder {
+    parent.count += 1
+    return PatchingEncoder(inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath))
+  }
+}
+
+/// A nested keyed container patches its own count after every entry, since
+/// no call tells it when it is done.
+struct PatchingKeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
+  var inner: KeyedRecordEncoder<Key>
+  var codingPath: [any CodingKey] { inner.codingPath }
+  private func patch() { inner.parent.finish() }
+  mutating func encodeNil(forKey key: Key) throws {
+    try inner.encodeNil(forKey: key)
+    patch()
+  }
+  mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+    try inner.encode(value, forKey: key)
+    patch()
+  }
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+    -> KeyedEncodingContainer<NestedKey>
+  {
+    defer { patch() }
+    return inner.nestedContainer(keyedBy: keyType, forKey: key)
+  }
+  mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+    defer { patch() }
+    return inner.nestedUnkeyedContainer(forKey: key)
+  }
+  mutating func superEncoder() -> any Encoder {
+    defer { patch() }
+    return inner.superEncoder()
+  }
+  mutating func superEncoder(forKey key: Key) -> any Encoder {
+    defer { patch() }
+    return inner.superEncoder(forKey: key)
+  }
+}
+
+struct PatchingUnkeyedEncoder: UnkeyedEncodingContainer {
+  var inner: UnkeyedRecordEncoder
+  var codingPath: [any CodingKey] { inner.codingPath }
+  var count: Int { inner.count }
+  private func patch() { inner.parent.finish() }
+  mutating func encodeNil() throws {
+    try inner.encodeNil()
+    patch()
+  }
+  mutating func encode<T: Encodable>(_ value: T) throws {
+    try inner.encode(value)
+    patch()
+  }
+  mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type)
+    -> KeyedEncodingContainer<NestedKey>
+  {
+    defer { patch() }
+    return inner.nestedContainer(keyedBy: keyType)
+  }
+  mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+    defer { patch() }
+    return inner.nestedUnkeyedContainer()
+  }
+  mutating func superEncoder() -> any Encoder {
+    defer { patch() }
+    return inner.superEncoder()
+  }
+}
+
+/// A super encoder: an encoder whose single container is finished as soon
+/// as anything is written to it (it has no end either).
+final class PatchingEncoder: Encoder {
+  let inner: RecordValueEncoder
+  init(inner: RecordValueEncoder) { self.inner = inner }
+  var codingPath: [any CodingKey] { inner.codingPath }
+  var userInfo: [CodingUserInfoKey: Any] { [:] }
+  func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+    if inner.countOffset == nil { inner.countOffset = inner.encoder.openContainer(.keyed) }
+    return KeyedEncodingContainer(PatchingKeyedEncoder<Key>(inner: KeyedRecordEncoder<Key>(parent: inner)))
+  }
+  func unkeyedContainer() -> any UnkeyedEncodingContainer {
+    if inner.countOffset == nil { inner.countOffset = inner.encoder.openContainer(.unkeyed) }
+    return PatchingUnkeyedEncoder(inner: UnkeyedRecordEncoder(parent: inner))
+  }
+  func singleValueContainer() -> any SingleValueEncodingContainer { SingleRecordEncoder(parent: inner) }
+}
+
+struct SingleRecordEncoder: SingleValueEncodingContainer {
+  let parent: RecordValueEncoder
+  var codingPath: [any CodingKey] { parent.codingPath }
+
+  mutating func encodeNil() throws {
+    parent.wroteSingleValue = true
+    parent.encoder.buffer.byte(RecordTag.null.rawValue)
+  }
+
+  mutating func encode<T: Encodable>(_ value: T) throws {
+    parent.wroteSingleValue = true
+    try parent.encoder.encodeValue(value, codingPath: codingPath)
+  }
+}
+
+/// The record encoding as a public utility: the bytes a repository stores
+/// for a model (FORMAT.md §9.2), for tools and for measuring it.
+public enum RecordCoding {
+  /// The record encoding of `value`.
+  public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] { try RecordEncoder.encode(value) }
+
+  /// Decodes a record encoding.
+  ///
+  /// - Throws: `DecodingError` naming the field, when the bytes do not
+  ///   decode as `T` (damaged, or written for an incompatible model).
+  public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+    try RecordDecoder.decode(type, from: bytes)
+  }
+}
+
+/// Whether values of `type` are written without a container of their own.
+@inline(__always)
+func isPrimitive(_ type: Any.Type) -> Bool {
+  type == String.self || type == Int.self || type == Bool.self || type == Double.self || type == Date.self
+    || type == UUID.self || type == Float.self || type == Int64.self || type == UInt64.self
+}

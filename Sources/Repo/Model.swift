@@ -1,0 +1,163 @@
+import Engine
+import Foundation
+
+/// A model that declares indexes, a stored name, or both.
+///
+/// Any `Codable & Sendable & Identifiable` type can be stored as it is;
+/// conforming to `IndexedModel` only adds what it declares:
+///
+/// ```swift
+/// struct User: Codable, Sendable, Identifiable, IndexedModel {
+///   var id: UUID
+///   var email: String
+///   var lastSeen: Date
+///   static let indexes: [Index<User>] = [.unique(\.email), .index(\.lastSeen)]
+/// }
+/// ```
+public protocol IndexedModel {
+  /// The model's indexes, kept in the same transaction as its records.
+  static var indexes: [Index<Self>] { get }
+  /// The name its records are stored under. Default: the type's name.
+  /// Renaming a type keeps its data if this stays the same.
+  static var storedName: String { get }
+}
+
+extension IndexedModel {
+  public static var indexes: [Index<Self>] { [] }
+  public static var storedName: String { String(describing: Self.self) }
+}
+
+/// An index over one or more key paths of a model.
+///
+/// Queries whose predicate compares an indexed key path with a constant
+/// (`==`, `<`, `<=`, `>`, `>=`, ranges joined by `&&`), or that sort by it,
+/// read the index instead of every record. A unique index also rejects a
+/// second record with the same value (`RepoError.Code.uniqueViolation`),
+/// rolling the transaction back.
+public struct Index<Model>: @unchecked Sendable {
+  // Safe: key paths are immutable; the closures capture only key paths.
+
+  /// The index's name: part of the keyspace that holds it, so keep it
+  /// stable. Default: the key paths' last components, joined by "+".
+  public let name: String
+  /// Whether two records may not share a value.
+  public let unique: Bool
+  /// The indexed key paths, in order (a compound index sorts by the first,
+  /// then the second, …).
+  public let keyPaths: [AnyKeyPath]
+  /// Encodes the indexed value of a model.
+  let encode: (Model) throws -> [UInt8]
+  /// Encodes a constant compared with component `i`, or nil if it is of another type.
+  let encodeComponent: [(Any) throws -> [UInt8]?]
+
+  /// An index over one key path.
+  public static func index<V: Encodable>(_ keyPath: KeyPath<Model, V>, name: String? = nil) -> Index {
+    Index(name: name ?? componentName(keyPath), unique: false, paths: [keyPath], [component(keyPath)])
+  }
+
+  /// A unique index over one key path.
+  public static func unique<V: Encodable>(_ keyPath: KeyPath<Model, V>, name: String? = nil) -> Index {
+    Index(name: name ?? componentName(keyPath), unique: true, paths: [keyPath], [component(keyPath)])
+  }
+
+  /// A compound index: records sort by `a`, then by `b`.
+  public static func index<A: Encodable, B: Encodable>(
+    _ a: KeyPath<Model, A>, _ b: KeyPath<Model, B>, unique: Bool = false, name: String? = nil
+  ) -> Index {
+    Index(
+      name: name ?? componentName(a) + "+" + componentName(b), unique: unique, paths: [a, b],
+      [component(a), component(b)])
+  }
+
+  /// A compound index over three key paths.
+  public static func index<A: Encodable, B: Encodable, C: Encodable>(
+    _ a: KeyPath<Model, A>, _ b: KeyPath<Model, B>, _ c: KeyPath<Model, C>, unique: Bool = false, name: String? = nil
+  ) -> Index {
+    Index(
+      name: name ?? [componentName(a), componentName(b), componentName(c)].joined(separator: "+"), unique: unique,
+      paths: [a, b, c], [component(a), component(b), component(c)])
+  }
+
+  private init(name: String, unique: Bool, paths: [AnyKeyPath], _ parts: [Component]) {
+    self.name = name
+    self.unique = unique
+    self.keyPaths = paths
+    self.encode = { model in
+      var bytes: [UInt8] = []
+      for part in parts { bytes += try part.encode(model) }
+      return bytes
+    }
+    self.encodeComponent = parts.map(\.encodeConstant)
+  }
+
+  private struct Component {
+    var encode: (Model) throws -> [UInt8]
+    var encodeConstant: (Any) throws -> [UInt8]?
+  }
+
+  private static func component<V: Encodable>(_ keyPath: KeyPath<Model, V>) -> Component {
+    Component(
+      encode: { try KeyEncoding.encode($0[keyPath: keyPath]) },
+      encodeConstant: { value in
+        guard let v = value as? V else { return nil }
+        return try KeyEncoding.encode(v)
+      })
+  }
+
+  /// "createdAt" for `\Todo.createdAt`: the key path's last component.
+  static func componentName(_ keyPath: AnyKeyPath) -> String {
+    let text = String(describing: keyPath)
+    let last = text.split(separator: ".").last.map(String.init) ?? text
+    return last.filter { $0.isLetter || $0.isNumber || $0 == "_" }
+  }
+}
+
+/// The keyspaces and indexes of one model type in a store.
+struct ModelSpace<M>: @unchecked Sendable {
+  /// The model's stored name.
+  let name: String
+  /// Keyspace of the records: key = the id's key encoding, value = the record encoding.
+  let records: String
+  /// Keyspace of bookkeeping (which indexes are built).
+  let meta: String
+  let indexes: [ResolvedIndex<M>]
+  let counters: RepoCounters
+
+  struct ResolvedIndex<Model> {
+    let index: Index<Model>
+    /// Keyspace of the entries: key = the indexed value's key encoding,
+    /// followed by the record key for a non-unique index; value = the
+    /// record key (so a scan needs no parsing of keys).
+    let keyspace: String
+  }
+
+  init(_ type: M.Type, counters: RepoCounters = RepoCounters()) throws {
+    self.counters = counters
+    let name = (M.self as? any IndexedModel.Type)?.storedName ?? String(describing: M.self)
+    self.name = name
+    records = name
+    meta = name + "#meta"
+    let declared = Self.declaredIndexes(M.self)
+    var seen = Set<String>()
+    var resolved: [ResolvedIndex<M>] = []
+    for index in declared {
+      guard !index.keyPaths.isEmpty, !index.name.isEmpty, seen.insert(index.name).inserted else {
+        throw RepoError(.invalidIndex, "index \"\(index.name)\" is empty or declared twice", model: name)
+      }
+      resolved.append(ResolvedIndex(index: index, keyspace: name + "#index:" + index.name))
+    }
+    indexes = resolved
+    guard (name + "#index:").utf8.count + (declared.map(\.name.utf8.count).max() ?? 0) <= Limits.maxKeyspaceNameSize
+    else { throw RepoError(.invalidIndex, "model or index name too long for a keyspace name", model: name) }
+  }
+
+  /// `M.indexes` if M is an IndexedModel.
+  static func declaredIndexes(_ type: M.Type) -> [Index<M>] {
+    guard let indexed = M.self as? any IndexedModel.Type else { return [] }
+    return open(indexed)
+  }
+
+  private static func open<T: IndexedModel>(_: T.Type) -> [Index<M>] {
+    (T.indexes as? [Index<M>]) ?? []
+  }
+}

@@ -1,0 +1,377 @@
+import Engine
+import Foundation
+
+/// The operations on one model's records, over an engine reader or write
+/// transaction. Both the async `Repository` and the repositories bound to a
+/// `store.write { }` transaction run these.
+struct ModelAccess<M: Codable & Sendable & Identifiable>: @unchecked Sendable
+where M.ID: Codable & Hashable & Sendable {
+  let space: ModelSpace<M>
+
+  // MARK: Encoding
+
+  func key(_ id: M.ID) throws -> [UInt8] {
+    do {
+      return try KeyEncoding.encode(id)
+    } catch let e as RepoError {
+      throw RepoError(e.code, e.message, model: space.name, id: "\(id)")
+    }
+  }
+
+  func encode(_ model: M) throws -> [UInt8] {
+    do {
+      return try RecordEncoder.encode(model)
+    } catch {
+      throw RepoError(.encoding, "\(error)", model: space.name, id: "\(model.id)")
+    }
+  }
+
+  func decode(_ bytes: [UInt8], key: [UInt8]) throws -> M {
+    do {
+      return try RecordDecoder.decode(M.self, from: bytes)
+    } catch let e as DecodingError {
+      let (path, detail) = Self.describe(e)
+      throw RepoError(
+        .decoding, "the stored record no longer decodes as \(space.name): \(detail)", model: space.name,
+        id: Self.describeKey(key), field: path)
+    }
+  }
+
+  static func describe(_ e: DecodingError) -> (String, String) {
+    func path(_ c: DecodingError.Context) -> String {
+      c.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+    }
+    switch e {
+    case .typeMismatch(_, let c): return (path(c), c.debugDescription)
+    case .valueNotFound(_, let c): return (path(c), c.debugDescription)
+    case .keyNotFound(let k, let c):
+      return ((path(c).isEmpty ? "" : path(c) + ".") + k.stringValue, "the field is missing")
+    case .dataCorrupted(let c): return (path(c), c.debugDescription)
+    @unknown default: return ("", "\(e)")
+    }
+  }
+
+  /// A record key, readably: the id as text when it was a string or number.
+  static func describeKey(_ key: [UInt8]) -> String {
+    if key.count == 9, key[0] == 1 {
+      let v = key[1...].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+      return String(Int64(bitPattern: v ^ (1 << 63)))
+    }
+    if key.count >= 3, key[0] == 1, key.suffix(2) == [0, 0],
+      let s = String(validating: key.dropFirst().dropLast(2), as: UTF8.self)
+    {
+      return s
+    }
+    return key.map { String(format: "%02x", $0) }.joined()
+  }
+
+  /// The key of `model` in index `i`'s keyspace.
+  func indexKey(_ i: ModelSpace<M>.ResolvedIndex<M>, _ model: M, id: [UInt8]) throws -> [UInt8] {
+    let value: [UInt8]
+    do {
+      value = try i.index.encode(model)
+    } catch let e as RepoError {
+      throw RepoError(e.code, e.message, model: space.name, id: "\(model.id)", field: i.index.name)
+    }
+    return i.index.unique ? value : value + id
+  }
+
+  // MARK: Index bookkeeping
+
+  /// The names of the indexes whose entries exist (built) as of `reader`.
+  func builtIndexes(_ reader: some KeyValueReader) throws -> Set<String> {
+    var built = Set<String>()
+    for i in space.indexes where try reader.get(Array(("index:" + i.index.name).utf8), in: space.meta) != nil {
+      built.insert(i.index.name)
+    }
+    return built
+  }
+
+  /// Builds any declared index that is not built yet (a model that gained an
+  /// index after records were stored).
+  func prepare(_ tx: WriteTransaction) throws {
+    let built = try builtIndexes(tx)
+    for i in space.indexes where !built.contains(i.index.name) {
+      try tx.deleteRange(.all, in: i.keyspace)
+      try tx.createKeyspace(i.keyspace)
+      let cursor = try tx.cursor(in: space.records)
+      while let e = try cursor.next() {
+        let model = try decode(e.value, key: e.key)
+        let k = try indexKey(i, model, id: e.key)
+        if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
+          throw RepoError(
+            .uniqueViolation, "existing records share a value of unique index \(i.index.name)", model: space.name,
+            id: Self.describeKey(e.key), field: i.index.name)
+        }
+        try tx.put(k, e.key, in: i.keyspace)
+      }
+      try tx.put(
+        Array(("index:" + i.index.name).utf8), Array(i.index.keyPaths.map { "\($0)" }.joined(separator: ",").utf8),
+        in: space.meta)
+    }
+    try tx.createKeyspace(space.records)
+  }
+
+  // MARK: Reading
+
+  func get(_ id: M.ID, _ reader: some KeyValueReader) throws -> M? {
+    let k = try key(id)
+    guard let bytes = try reader.get(k, in: space.records) else { return nil }
+    return try decode(bytes, key: k)
+  }
+
+  func count(_ reader: some KeyValueReader) throws -> Int { Int(try reader.count(in: space.records)) }
+
+  /// The records a plan reads, in its order, with their keys, calling
+  /// `body` until it returns false.
+  func scan(
+    _ plan: Plan<M>, _ reader: some KeyValueReader,
+    _ visit: (_ key: [UInt8], _ record: [UInt8], _ indexKey: [UInt8]?) throws -> Bool
+  ) throws {
+    func body(_ key: [UInt8], _ record: [UInt8], _ indexKey: [UInt8]?) throws -> Bool {
+      space.counters.recordsRead.add(1, ordering: .relaxed)
+      return try visit(key, record, indexKey)
+    }
+    switch plan.access {
+    case .id(let k):
+      if let v = try reader.get(k, in: space.records) { _ = try body(k, v, nil) }
+    case .records(let range, let reverse):
+      let c = try reader.cursor(in: space.records, range: range)
+      if reverse {
+        try c.seekToLast()
+        while let e = try c.previous() { guard try body(e.key, e.value, nil) else { return } }
+      } else {
+        while let e = try c.next() { guard try body(e.key, e.value, nil) else { return } }
+      }
+    case .index(let i, let range, let reverse):
+      let c = try reader.cursor(in: i.keyspace, range: range)
+      func visit(_ e: Entry) throws -> Bool {
+        let id = e.value  // every index entry's value is its record's key
+        guard let v = try reader.get(id, in: space.records) else {
+          throw RepoError(
+            .decoding, "index \(i.index.name) names a record that does not exist", model: space.name,
+            id: Self.describeKey(id))
+        }
+        return try body(id, v, e.key)
+      }
+      if reverse {
+        try c.seekToLast()
+        while let e = try c.previous() { guard try visit(e) else { return } }
+      } else {
+        while let e = try c.next() { guard try visit(e) else { return } }
+      }
+    }
+  }
+
+  /// Range sizes for the planner, from the engine's counted trees.
+  func counter(_ reader: some KeyValueReader) -> (String, KeyRange) -> Double? {
+    // Not `.map(Double.init)`: for a UInt64 that picks init(bitPattern:).
+    { keyspace, range in (try? reader.count(in: keyspace, range: range)).map { Double($0) } }
+  }
+
+  func matches(_ model: M, _ predicate: Predicate<M>?) throws -> Bool {
+    guard let predicate else { return true }
+    return try predicate.evaluate(model)
+  }
+
+  /// Runs a fetch: the plan, the predicate on every candidate, the sort
+  /// (a bounded top-k when there is a limit), the window.
+  func fetch(_ d: FetchDescriptor<M>, _ reader: some KeyValueReader, built: Set<String>) throws -> [M] {
+    let plan = Planner.plan(d, space: space, built: built, count: counter(reader))
+    let offset = max(0, d.fetchOffset ?? 0)
+    let limit = d.fetchLimit.map { max(0, $0) }
+    if limit == 0 { return [] }
+    if plan.ordered || d.sortBy.isEmpty {
+      var out: [M] = []
+      var skipped = 0
+      try scan(plan, reader) { key, bytes, _ in
+        let m = try decode(bytes, key: key)
+        guard try matches(m, d.predicate) else { return true }
+        if skipped < offset {
+          skipped += 1
+          return true
+        }
+        out.append(m)
+        return limit.map { out.count < $0 } ?? true
+      }
+      return out
+    }
+    let comparator = SortComparator(d.sortBy)
+    if let limit {
+      var top = TopK<M>(capacity: offset + limit, less: comparator.less)
+      try scan(plan, reader) { key, bytes, _ in
+        let m = try decode(bytes, key: key)
+        if try matches(m, d.predicate) { top.insert((m, key)) }
+        return true
+      }
+      return Array(top.sorted().dropFirst(offset))
+    }
+    var all: [(M, [UInt8])] = []
+    try scan(plan, reader) { key, bytes, _ in
+      let m = try decode(bytes, key: key)
+      if try matches(m, d.predicate) { all.append((m, key)) }
+      return true
+    }
+    return Array(comparator.sort(all).dropFirst(offset))
+  }
+
+  /// The number of matching records: O(log n) when an index range (or no
+  /// predicate) selects them exactly, else a scan.
+  func count(_ predicate: Predicate<M>?, _ reader: some KeyValueReader, built: Set<String>) throws -> Int {
+    if predicate == nil { return try count(reader) }
+    let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(reader))
+    if plan.exact {
+      switch plan.access {
+      case .id(let k): return try reader.get(k, in: space.records) == nil ? 0 : 1
+      case .records(let r, _): return Int(try reader.count(in: space.records, range: r))
+      case .index(let i, let r, _): return Int(try reader.count(in: i.keyspace, range: r))
+      }
+    }
+    var n = 0
+    try scan(plan, reader) { key, bytes, _ in
+      if try matches(try decode(bytes, key: key), predicate) { n += 1 }
+      return true
+    }
+    return n
+  }
+
+  // MARK: Writing
+
+  func insert(_ model: M, _ tx: WriteTransaction) throws {
+    let k = try key(model.id)
+    guard try tx.get(k, in: space.records) == nil else {
+      throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
+    }
+    try write(model, key: k, old: nil, tx)
+  }
+
+  func update(_ model: M, _ tx: WriteTransaction) throws {
+    let k = try key(model.id)
+    guard let old = try tx.get(k, in: space.records) else {
+      throw RepoError(.notFound, "no record with this id", model: space.name, id: "\(model.id)")
+    }
+    try write(model, key: k, old: try decode(old, key: k), tx)
+  }
+
+  func upsert(_ model: M, _ tx: WriteTransaction) throws {
+    let k = try key(model.id)
+    let old = try tx.get(k, in: space.records).map { try decode($0, key: k) }
+    try write(model, key: k, old: old, tx)
+  }
+
+  /// Stores `model` and moves its index entries from `old`'s values to its own.
+  private func write(_ model: M, key k: [UInt8], old: M?, _ tx: WriteTransaction) throws {
+    for i in space.indexes {
+      let newKey = try indexKey(i, model, id: k)
+      if let old {
+        let oldKey = try indexKey(i, old, id: k)
+        if oldKey == newKey { continue }
+        try tx.delete(oldKey, in: i.keyspace)
+      }
+      if i.index.unique, let holder = try tx.get(newKey, in: i.keyspace), holder != k {
+        throw RepoError(
+          .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.index.name)",
+          model: space.name, id: "\(model.id)", field: i.index.name)
+      }
+      try tx.put(newKey, k, in: i.keyspace)
+    }
+    try tx.put(k, try encode(model), in: space.records)
+  }
+
+  @discardableResult
+  func delete(_ id: M.ID, _ tx: WriteTransaction) throws -> Bool {
+    let k = try key(id)
+    guard let old = try tx.get(k, in: space.records) else { return false }
+    try removeIndexEntries(of: try decode(old, key: k), key: k, tx)
+    try tx.delete(k, in: space.records)
+    return true
+  }
+
+  private func removeIndexEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
+    for i in space.indexes { try tx.delete(try indexKey(i, model, id: k), in: i.keyspace) }
+  }
+
+  /// Deletes every record and index entry: one range delete per keyspace,
+  /// O(height) whatever the number of records.
+  @discardableResult
+  func deleteAll(_ tx: WriteTransaction) throws -> Int {
+    let n = try tx.deleteRange(.all, in: space.records)
+    for i in space.indexes { try tx.deleteRange(.all, in: i.keyspace) }
+    return Int(n)
+  }
+
+  /// Deletes the matching records. Runs of consecutive matches in the
+  /// keyspace the plan reads go with one range delete each; the other
+  /// keyspaces' entries of those records one by one.
+  @discardableResult
+  func delete(matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>) throws -> Int {
+    if predicate == nil { return try deleteAll(tx) }
+    let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
+    // Collect first: deleting while a cursor reads would not be seen by it
+    // anyway (it reads a frozen view), but the spans must be known whole.
+    var victims: [(key: [UInt8], model: M, indexKey: [UInt8]?)] = []
+    var spans: [(first: [UInt8], last: [UInt8])] = []
+    var open = false
+    try scan(plan, tx) { key, bytes, indexKey in
+      let m = try decode(bytes, key: key)
+      if try matches(m, predicate) {
+        let scanned = indexKey ?? key
+        if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
+        open = true
+        victims.append((key, m, indexKey))
+      } else {
+        open = false
+      }
+      return true
+    }
+    let scannedKeyspace: String
+    let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
+    if case .index(let i, _, _) = plan.access {
+      scannedKeyspace = i.keyspace
+      scannedIndex = i
+    } else {
+      scannedKeyspace = space.records
+      scannedIndex = nil
+    }
+    // 1. The scanned keyspace: a range delete per span of matches.
+    for span in spans {
+      let end = span.last + [0]  // the smallest key after `last`
+      if span.first == span.last {
+        try tx.delete(span.first, in: scannedKeyspace)
+      } else {
+        try tx.deleteRange(from: span.first, to: end, in: scannedKeyspace)
+      }
+    }
+    // 2. Everything else, entry by entry.
+    for v in victims {
+      if scannedIndex != nil { try tx.delete(v.key, in: space.records) }
+      for i in space.indexes where i.keyspace != scannedIndex?.keyspace {
+        try tx.delete(try indexKey(i, v.model, id: v.key), in: i.keyspace)
+      }
+    }
+    return victims.count
+  }
+
+  /// Changes every matching record in place and stores it back, indexes kept.
+  @discardableResult
+  func update(
+    matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>, _ change: (inout M) throws -> Void
+  ) throws -> Int {
+    let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
+    var selected: [(key: [UInt8], model: M)] = []
+    try scan(plan, tx) { key, bytes, _ in
+      let m = try decode(bytes, key: key)
+      if try matches(m, predicate) { selected.append((key, m)) }
+      return true
+    }
+    for (k, old) in selected {
+      var new = old
+      try change(&new)
+      guard try key(new.id) == k else {
+        throw RepoError(.encoding, "a batch update may not change a record's id", model: space.name, id: "\(old.id)")
+      }
+      try write(new, key: k, old: old, tx)
+    }
+    return selected.count
+  }
+}

@@ -1,0 +1,219 @@
+import Engine
+import Foundation
+
+/// How a query reads: which keyspace, which key range, in which order.
+struct Plan<M>: CustomStringConvertible {
+  enum Access {
+    /// One record by id.
+    case id([UInt8])
+    /// The records keyspace (id order) over a key range.
+    case records(KeyRange, reverse: Bool)
+    /// An index over a key range, then each record it names.
+    case index(ModelSpace<M>.ResolvedIndex<M>, KeyRange, reverse: Bool)
+  }
+
+  var access: Access
+  /// Whether records come out in the descriptor's sort order.
+  var ordered: Bool
+  /// Whether the key range alone selects exactly the matching records
+  /// (then counting needs no record).
+  var exact: Bool
+  /// The conditions the range uses, for explain().
+  var used: [String]
+
+  var description: String {
+    let how: String
+    switch access {
+    case .id(let k): how = "id lookup \(hex(k))"
+    case .records(let r, let reverse):
+      how = (r == .all ? "full scan" : "id range scan \(describe(r))") + (reverse ? " (reverse)" : "")
+    case .index(let i, let r, let reverse):
+      how =
+        "index scan \(i.keyspace) \(r == .all ? "(all)" : describe(r))" + (reverse ? " (reverse)" : "")
+        + (i.index.unique ? " [unique]" : "")
+    }
+    var parts = [how]
+    if !used.isEmpty { parts.append("using " + used.joined(separator: " && ")) }
+    parts.append(exact ? "no filter" : "then filter")
+    parts.append(ordered ? "in sort order" : "then sort")
+    return parts.joined(separator: ", ")
+  }
+}
+
+private func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
+private func describe(_ r: KeyRange) -> String {
+  "[\(r.lower.map(hex) ?? "start"), \(r.upper.map(hex) ?? "end"))"
+}
+
+enum Planner {
+  /// Chooses how to run `descriptor`, using only indexes in `built`.
+  ///
+  /// Cost-based: `count(keyspace, range)` (O(log n) on the engine's
+  /// counted trees) says how many entries each candidate range holds, so a
+  /// selective index range beats scanning in sort order, and a scan in sort
+  /// order beats sorting when a limit makes it stop early.
+  static func plan<M: Identifiable>(
+    _ descriptor: FetchDescriptor<M>, space: ModelSpace<M>, built: Set<String>,
+    count: (String, KeyRange) -> Double? = { _, _ in nil }
+  ) -> Plan<M> where M.ID: Encodable {
+    let analysis = Analysis.of(descriptor.predicate)
+    let conditions = analysis.conditions
+    let sortPaths = descriptor.sortBy.map { $0.keyPath }
+    let sortReverse = descriptor.sortBy.first.map { $0.order == .reverse } ?? false
+    let sortUniform = descriptor.sortBy.allSatisfy { ($0.order == .reverse) == sortReverse }
+    let total = max(1, count(space.records, .all) ?? 1_000_000)
+    let limit = descriptor.fetchLimit.map { Double($0 + (descriptor.fetchOffset ?? 0)) }
+
+    // Sorted by id (or not sorted): the records keyspace is in id order.
+    let idOrdered = sortPaths.isEmpty || (sortPaths.count == 1 && sortPaths[0].map { isID($0, M.self) } == true)
+
+    /// Records read, plus the sort when the order is not given.
+    func cost(rows: Double, ordered: Bool) -> Double {
+      if ordered || sortPaths.isEmpty { return rows }
+      return rows + rows * log2(max(2, rows)) * 0.05
+    }
+
+    var candidates: [(cost: Double, plan: Plan<M>)] = []
+    var narrowest = total  // fewest records any range selects: the filter's reach
+
+    // 1. The primary key.
+    let idConditions = conditions.filter { isID($0.keyPath, M.self) }
+    if !idConditions.isEmpty,
+      let r = range(
+        idConditions, prefix: [],
+        encode: { v in
+          guard let id = v as? M.ID else { return nil }
+          return try KeyEncoding.encode(id)
+        })
+    {
+      let exact = analysis.complete && idConditions.count == conditions.count
+      if r.isEquality, let key = r.range.lower {
+        candidates.append((1, Plan(access: .id(key), ordered: true, exact: exact, used: r.used)))
+        narrowest = 1
+      } else {
+        let rows = count(space.records, r.range) ?? total / 3
+        narrowest = min(narrowest, rows)
+        let plan = Plan<M>(
+          access: .records(r.range, reverse: idOrdered && sortReverse), ordered: idOrdered, exact: exact, used: r.used)
+        candidates.append((cost(rows: rows, ordered: idOrdered), plan))
+      }
+    }
+
+    // 2. Each built index: equalities on a prefix of its components, then a range.
+    for resolved in space.indexes where built.contains(resolved.index.name) {
+      let index = resolved.index
+      var prefix: [UInt8] = []
+      var used: [String] = []
+      var consumed = 0
+      var rangePart: (range: KeyRange, used: [String], isEquality: Bool)?
+      for (i, path) in index.keyPaths.enumerated() {
+        let mine = conditions.filter { $0.keyPath == path }
+        guard !mine.isEmpty else { break }
+        if let eq = mine.first(where: { $0.op == .equal }), let bytes = (try? index.encodeComponent[i](eq.value)) ?? nil
+        {
+          prefix += bytes
+          used.append("\(name(path)) == …")
+          consumed += 1
+          continue
+        }
+        if let r = range(mine, prefix: prefix, encode: index.encodeComponent[i]) {
+          rangePart = r
+          used += r.used
+          consumed += mine.count
+        }
+        break
+      }
+      guard !used.isEmpty else { continue }
+      let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyEncoding.successor(prefix))
+      // Index order matches the sort when the sort keys are the index's
+      // components after the equality prefix.
+      let eqCount = used.count - (rangePart?.used.count ?? 0)
+      let rest = Array(index.keyPaths.dropFirst(eqCount))
+      let ordered =
+        sortPaths.isEmpty
+        || (sortUniform && sortPaths.count <= rest.count && zip(sortPaths, rest).allSatisfy { $0 == $1 })
+      let exact = analysis.complete && consumed == conditions.count
+      let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
+      narrowest = min(narrowest, rows)
+      let plan = Plan<M>(
+        access: .index(resolved, range, reverse: ordered && sortReverse), ordered: ordered, exact: exact, used: used)
+      // In order with a limit, the read stops after about `limit` records.
+      candidates.append((cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan))
+    }
+
+    // 3. A sort order an index (or the id) already has: read in that order,
+    //    stopping once the limit is filled; with a filter that keeps one
+    //    record in total/narrowest, that takes about limit × total/narrowest reads.
+    let reach = min(total, limit.map { $0 * total / max(1, narrowest) } ?? total)
+    if !sortPaths.isEmpty, sortUniform {
+      for resolved in space.indexes where built.contains(resolved.index.name) {
+        let paths = resolved.index.keyPaths
+        if sortPaths.count <= paths.count && zip(sortPaths, paths).allSatisfy({ $0 == $1 }) {
+          let plan = Plan<M>(
+            access: .index(resolved, .all, reverse: sortReverse), ordered: true,
+            exact: analysis.complete && conditions.isEmpty,
+            used: [])
+          candidates.append((reach, plan))
+        }
+      }
+    }
+
+    // 4. Everything, in id order.
+    let scan = Plan<M>(
+      access: .records(.all, reverse: idOrdered && sortReverse), ordered: idOrdered,
+      exact: analysis.complete && conditions.isEmpty, used: [])
+    candidates.append((idOrdered ? reach : cost(rows: total, ordered: false), scan))
+
+    return candidates.min { $0.cost < $1.cost }!.plan
+  }
+
+  /// Whether `keyPath` reads a model's `id`: `\M.id` as generic code forms
+  /// it (the Identifiable requirement), or `\Todo.id` as a predicate names
+  /// it (the property itself), which Swift does not consider equal. Either
+  /// way it yields `model.id`, the value records are keyed by.
+  static func isID<M: Identifiable>(_ keyPath: AnyKeyPath, _: M.Type) -> Bool {
+    if keyPath == (\M.id as AnyKeyPath) { return true }
+    guard type(of: keyPath).rootType == M.self, type(of: keyPath).valueType == M.ID.self else { return false }
+    let text = String(describing: keyPath)
+    return text.hasSuffix(".id") && text.filter { $0 == "." }.count == 1
+  }
+
+  /// The key range the conditions on one component select, after `prefix`.
+  static func range(_ conditions: [Condition], prefix: [UInt8], encode: (Any) throws -> [UInt8]?) -> (
+    range: KeyRange, used: [String], isEquality: Bool
+  )? {
+    var lower: [UInt8]? = prefix.isEmpty ? nil : prefix
+    var upper: [UInt8]? = KeyEncoding.successor(prefix)
+    var used: [String] = []
+    // Present values only: a nil sorts first (marker 0x00) and never compares.
+    func raise(_ candidate: [UInt8]) {
+      if lower == nil || candidate.lexicographicallyPrecedes(lower!) == false { lower = candidate }
+    }
+    func lowerUpper(_ candidate: [UInt8]?) {
+      guard let candidate else { return }
+      if upper == nil || candidate.lexicographicallyPrecedes(upper!) { upper = candidate }
+    }
+    raise(prefix + [1])
+    var equality = false
+    for c in conditions {
+      guard let bytes = (try? encode(c.value)) ?? nil else { continue }
+      let full = prefix + bytes
+      switch c.op {
+      case .equal:
+        raise(full)
+        lowerUpper(KeyEncoding.successor(full))
+        equality = conditions.count == 1
+      case .less: lowerUpper(full)
+      case .lessOrEqual: lowerUpper(KeyEncoding.successor(full))
+      case .greater: if let s = KeyEncoding.successor(full) { raise(s) }
+      case .greaterOrEqual: raise(full)
+      }
+      used.append("\(name(c.keyPath)) \(c.op) …")
+    }
+    guard !used.isEmpty else { return nil }
+    let r = KeyRange(from: lower, to: upper)
+    return (r, used, equality)
+  }
+
+  static func name(_ keyPath: AnyKeyPath) -> String { Index<Any>.componentName(keyPath) }
+}

@@ -1,0 +1,55 @@
+import Engine
+
+/// The error the repository layer throws.
+///
+/// Engine failures (corruption, I/O, a locked store) arrive as
+/// `EngineError`, unchanged; these are the repository's own.
+public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
+  /// What kind of failure this is.
+  public enum Code: Hashable, Sendable {
+    /// `insert` found a record with the same id.
+    case duplicateID
+    /// `update` found no record with that id.
+    case notFound
+    /// A unique index already holds the value for another record; the
+    /// transaction rolled back.
+    case uniqueViolation
+    /// A stored record does not decode as the model any more (an
+    /// incompatible change to the model).
+    case decoding
+    /// A value could not be encoded.
+    case encoding
+    /// A value cannot be a key or index value (a dictionary, for instance).
+    case unsupportedKey
+    /// An index declaration is not usable (no key paths, duplicate names).
+    case invalidIndex
+  }
+
+  /// What kind of failure this is.
+  public var code: Code
+  /// A sentence with the details.
+  public var message: String
+  /// The model type, when known.
+  public var model: String?
+  /// The record's id, described, when known.
+  public var id: String?
+  /// The field (coding path), when known.
+  public var field: String?
+
+  /// Creates an error.
+  public init(_ code: Code, _ message: String, model: String? = nil, id: String? = nil, field: String? = nil) {
+    self.code = code
+    self.message = message
+    self.model = model
+    self.id = id
+    self.field = field
+  }
+
+  public var description: String {
+    var s = "\(code): \(message)"
+    if let model {
+      s += " [model \(model)" + (id.map { ", id \($0)" } ?? "") + (field.map { ", field \($0)" } ?? "") + "]"
+    }
+    return s
+  }
+}

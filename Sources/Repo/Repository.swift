@@ -1,0 +1,229 @@
+import Engine
+import Foundation
+
+/// The persistence operations app code depends on, so the store behind
+/// them can change without touching the app (and tests pass
+/// `Store.inMemory().repository(...)` instead of a hand-written mock).
+public protocol ModelRepository<Model>: Sendable {
+  associatedtype Model: Codable & Sendable & Identifiable where Model.ID: Codable & Hashable & Sendable
+
+  /// Stores a new record. Throws `RepoError.Code.duplicateID` if the id exists.
+  func insert(_ model: Model) async throws
+  /// Stores new records in one transaction (all or none).
+  func insert(contentsOf models: [Model]) async throws
+  /// The record with this id, or nil.
+  func get(_ id: Model.ID) async throws -> Model?
+  /// The records a descriptor selects.
+  func fetch(_ descriptor: FetchDescriptor<Model>) async throws -> [Model]
+  /// The first record a descriptor selects.
+  func fetchOne(_ descriptor: FetchDescriptor<Model>) async throws -> Model?
+  /// Replaces a stored record. Throws `RepoError.Code.notFound` if absent.
+  func update(_ model: Model) async throws
+  /// Stores a record, replacing any with the same id.
+  func upsert(_ model: Model) async throws
+  /// Deletes the record with this id; returns whether there was one.
+  @discardableResult func delete(id: Model.ID) async throws -> Bool
+  /// Deletes every record.
+  @discardableResult func deleteAll() async throws -> Int
+  /// Deletes the matching records in one transaction; returns how many.
+  @discardableResult func delete(matching predicate: Predicate<Model>) async throws -> Int
+  /// Changes the matching records in one transaction; returns how many.
+  @discardableResult func update(
+    matching predicate: Predicate<Model>, _ change: @escaping @Sendable (inout Model) -> Void
+  ) async throws -> Int
+  /// How many records match (all of them for nil).
+  func count(matching predicate: Predicate<Model>?) async throws -> Int
+  /// Whether any record matches.
+  func exists(matching predicate: Predicate<Model>?) async throws -> Bool
+}
+
+/// A value assignment for batch updates: `.set(\.active, to: true)`.
+public struct Assignment<Model>: @unchecked Sendable {
+  // Safe: the key path is immutable and the value is Sendable.
+  let apply: (inout Model) -> Void
+
+  /// Sets `keyPath` to `value`.
+  public static func set<V: Sendable>(_ keyPath: WritableKeyPath<Model, V>, to value: V) -> Assignment {
+    Assignment { $0[keyPath: keyPath] = value }
+  }
+}
+
+/// The repository of one model type in a store. Every method is one
+/// transaction (writes) or one snapshot (reads).
+public struct Repository<Model: Codable & Sendable & Identifiable>: ModelRepository, Sendable
+where Model.ID: Codable & Hashable & Sendable {
+  let store: Store
+
+  private func write<T: Sendable>(_ body: @escaping @Sendable (TransactionRepository<Model>) throws -> T) async throws
+    -> T
+  {
+    try await store.write { tx in try body(try tx.repository(Model.self)) }
+  }
+
+  private func read<T>(_ body: (SnapshotRepository<Model>) throws -> T) throws -> T {
+    try store.read { try body(try $0.repository(Model.self)) }
+  }
+
+  public func insert(_ model: Model) async throws { try await write { try $0.insert(model) } }
+  public func insert(contentsOf models: [Model]) async throws { try await write { try $0.insert(contentsOf: models) } }
+  public func get(_ id: Model.ID) async throws -> Model? { try read { try $0.get(id) } }
+  public func fetch(_ descriptor: FetchDescriptor<Model>) async throws -> [Model] {
+    try read { try $0.fetch(descriptor) }
+  }
+  public func fetchOne(_ descriptor: FetchDescriptor<Model>) async throws -> Model? {
+    try read { try $0.fetchOne(descriptor) }
+  }
+
+  /// The records a descriptor selects, as a collection whose count is known
+  /// at once and whose elements are decoded `batchSize` at a time on access,
+  /// all from one snapshot (Core Data's `fetchBatchSize`, without faults).
+  public func fetch(_ descriptor: FetchDescriptor<Model>, batchSize: Int) async throws -> BatchedResults<Model> {
+    try read { try $0.fetch(descriptor, batchSize: batchSize) }
+  }
+
+  public func update(_ model: Model) async throws { try await write { try $0.update(model) } }
+  public func upsert(_ model: Model) async throws { try await write { try $0.upsert(model) } }
+  @discardableResult public func delete(id: Model.ID) async throws -> Bool { try await write { try $0.delete(id: id) } }
+  /// Deletes a record; returns whether it was stored.
+  @discardableResult public func delete(_ model: Model) async throws -> Bool {
+    try await write { try $0.delete(id: model.id) }
+  }
+  @discardableResult public func deleteAll() async throws -> Int { try await write { try $0.deleteAll() } }
+  @discardableResult public func delete(matching predicate: Predicate<Model>) async throws -> Int {
+    let p = UncheckedSendable(predicate)
+    return try await write { try $0.delete(matching: p.value) }
+  }
+  @discardableResult public func update(
+    matching predicate: Predicate<Model>, _ change: @escaping @Sendable (inout Model) -> Void
+  ) async throws -> Int {
+    let p = UncheckedSendable(predicate)
+    return try await write { try $0.update(matching: p.value, change) }
+  }
+  /// Sets key paths to values on every matching record, in one transaction.
+  @discardableResult public func update(matching predicate: Predicate<Model>, set assignments: [Assignment<Model>])
+    async throws -> Int
+  {
+    let p = UncheckedSendable(predicate)
+    return try await write { try $0.update(matching: p.value, set: assignments) }
+  }
+  public func count(matching predicate: Predicate<Model>? = nil) async throws -> Int {
+    try read { try $0.count(matching: predicate) }
+  }
+  public func exists(matching predicate: Predicate<Model>? = nil) async throws -> Bool {
+    try read { try $0.exists(matching: predicate) }
+  }
+
+  /// How `descriptor` would run: which keyspace, which key range, what is
+  /// left to filter and sort.
+  public func explain(_ descriptor: FetchDescriptor<Model>) throws -> String {
+    try read { try $0.explain(descriptor) }
+  }
+}
+
+/// Predicates are immutable values; Foundation just does not mark them Sendable.
+struct UncheckedSendable<T>: @unchecked Sendable {
+  let value: T
+  init(_ value: T) { self.value = value }
+}
+
+/// A repository bound to one write transaction (`store.write { tx in … }`):
+/// synchronous, and it sees the transaction's own writes.
+public struct TransactionRepository<Model: Codable & Sendable & Identifiable>
+where Model.ID: Codable & Hashable & Sendable {
+  let access: ModelAccess<Model>
+  let transaction: WriteTransaction
+
+  private var built: Set<String> { Set(access.space.indexes.map(\.index.name)) }
+
+  /// Stores a new record. Throws `RepoError.Code.duplicateID` if the id exists.
+  public func insert(_ model: Model) throws { try access.insert(model, transaction) }
+  /// Stores new records.
+  public func insert(contentsOf models: [Model]) throws { for m in models { try access.insert(m, transaction) } }
+  /// The record with this id, or nil.
+  public func get(_ id: Model.ID) throws -> Model? { try access.get(id, transaction) }
+  /// The records a descriptor selects.
+  public func fetch(_ descriptor: FetchDescriptor<Model>) throws -> [Model] {
+    try access.fetch(descriptor, transaction, built: built)
+  }
+  /// The first record a descriptor selects.
+  public func fetchOne(_ descriptor: FetchDescriptor<Model>) throws -> Model? {
+    var d = descriptor
+    d.fetchLimit = 1
+    return try fetch(d).first
+  }
+  /// Replaces a stored record. Throws `RepoError.Code.notFound` if absent.
+  public func update(_ model: Model) throws { try access.update(model, transaction) }
+  /// Stores a record, replacing any with the same id.
+  public func upsert(_ model: Model) throws { try access.upsert(model, transaction) }
+  /// Deletes the record with this id; returns whether there was one.
+  @discardableResult public func delete(id: Model.ID) throws -> Bool { try access.delete(id, transaction) }
+  /// Deletes every record, in O(log n).
+  @discardableResult public func deleteAll() throws -> Int { try access.deleteAll(transaction) }
+  /// Deletes the matching records; returns how many.
+  @discardableResult public func delete(matching predicate: Predicate<Model>) throws -> Int {
+    try access.delete(matching: predicate, transaction, built: built)
+  }
+  /// Changes the matching records; returns how many.
+  @discardableResult public func update(matching predicate: Predicate<Model>, _ change: (inout Model) throws -> Void)
+    throws -> Int
+  {
+    try access.update(matching: predicate, transaction, built: built, change)
+  }
+  /// Sets key paths to values on every matching record.
+  @discardableResult public func update(matching predicate: Predicate<Model>, set assignments: [Assignment<Model>])
+    throws -> Int
+  {
+    try access.update(matching: predicate, transaction, built: built) { m in for a in assignments { a.apply(&m) } }
+  }
+  /// How many records match.
+  public func count(matching predicate: Predicate<Model>? = nil) throws -> Int {
+    try access.count(predicate, transaction, built: built)
+  }
+  /// Whether any record matches.
+  public func exists(matching predicate: Predicate<Model>? = nil) throws -> Bool {
+    var d = FetchDescriptor<Model>(predicate: predicate)
+    d.fetchLimit = 1
+    return try !fetch(d).isEmpty
+  }
+}
+
+/// A read-only repository over one snapshot.
+public struct SnapshotRepository<Model: Codable & Sendable & Identifiable>
+where Model.ID: Codable & Hashable & Sendable {
+  let access: ModelAccess<Model>
+  let snapshot: Snapshot
+
+  private func built() throws -> Set<String> { try access.builtIndexes(snapshot) }
+
+  /// The record with this id, or nil.
+  public func get(_ id: Model.ID) throws -> Model? { try access.get(id, snapshot) }
+  /// The records a descriptor selects.
+  public func fetch(_ descriptor: FetchDescriptor<Model>) throws -> [Model] {
+    try access.fetch(descriptor, snapshot, built: try built())
+  }
+  /// The first record a descriptor selects.
+  public func fetchOne(_ descriptor: FetchDescriptor<Model>) throws -> Model? {
+    var d = descriptor
+    d.fetchLimit = 1
+    return try fetch(d).first
+  }
+  /// The records a descriptor selects, decoded a batch at a time.
+  public func fetch(_ descriptor: FetchDescriptor<Model>, batchSize: Int) throws -> BatchedResults<Model> {
+    try BatchedResults(
+      access: access, snapshot: snapshot, descriptor: descriptor, built: try built(), batchSize: batchSize)
+  }
+  /// How many records match.
+  public func count(matching predicate: Predicate<Model>? = nil) throws -> Int {
+    try access.count(predicate, snapshot, built: try built())
+  }
+  /// Whether any record matches.
+  public func exists(matching predicate: Predicate<Model>? = nil) throws -> Bool {
+    var d = FetchDescriptor<Model>(predicate: predicate)
+    d.fetchLimit = 1
+    return try !fetch(d).isEmpty
+  }
+  /// How `descriptor` would run.
+  public func explain(_ descriptor: FetchDescriptor<Model>) throws -> String {
+    Planner.plan(descriptor, space: access.space, built: try built(), count: access.counter(snapshot)).description
+  }
+}

@@ -1,0 +1,154 @@
+import Dispatch
+import Engine
+import Foundation
+import Synchronization
+
+/// The repository layer's counters.
+final class RepoCounters: Sendable {
+  let recordsRead = Atomic<Int>(0)
+}
+
+/// A store of models: an Engine database with typed repositories over it.
+///
+/// ```swift
+/// let store = try Store.open(at: path)       // or Store.inMemory() in tests
+/// let todos = store.repository(Todo.self)
+/// try await todos.insert(Todo(id: 1, title: "Buy milk"))
+/// let open = try await todos.fetch(FetchDescriptor(predicate: #Predicate { !$0.done }))
+/// ```
+///
+/// Writes run one at a time on the store's own queue, so awaiting them
+/// never blocks a caller's thread; reads run on the caller's task against a
+/// snapshot and never wait for writes.
+public final class Store: Sendable {
+  /// The database underneath.
+  public let database: Database
+  private let writeQueue = DispatchQueue(label: "cairn.store.write")
+  let spaces: SpaceCache
+  let counters = RepoCounters()
+
+  /// Opens (or creates) the store in the folder at `path`.
+  public static func open(at path: String, options: Options = Options()) throws -> Store {
+    Store(database: try Database.open(at: path, options: options))
+  }
+
+  /// A store in memory, with the same engine and API: what app tests use
+  /// instead of hand-written mocks.
+  public static func inMemory() throws -> Store {
+    Store(database: try Database.inMemory())
+  }
+
+  /// Wraps an open database.
+  public init(database: Database) {
+    self.database = database
+    spaces = SpaceCache(counters: counters)
+  }
+
+  /// Records read by queries since the store was opened (each record a
+  /// query decoded once counts once), for tests and profiling.
+  public var recordsRead: Int { counters.recordsRead.load(ordering: .relaxed) }
+
+  /// Closes the database.
+  public func close() throws { try database.close() }
+
+  /// The repository of `type`.
+  public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) -> Repository<M>
+  where M.ID: Codable & Hashable & Sendable {
+    Repository(store: self)
+  }
+
+  func space<M>(_ type: M.Type) throws -> ModelSpace<M> { try spaces.get(type) }
+
+  /// Runs `body` in one write transaction and commits it; if `body` throws,
+  /// every change it made, in every repository, is rolled back.
+  ///
+  /// ```swift
+  /// try await store.write { tx in
+  ///   try tx.repository(Post.self).deleteAll()
+  ///   try tx.repository(Post.self).insert(contentsOf: payload)
+  /// }
+  /// ```
+  @discardableResult
+  public func write<T: Sendable>(_ body: @escaping @Sendable (StoreTransaction) throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+      writeQueue.async {
+        continuation.resume(with: Result { try self.writeNow(body) })
+      }
+    }
+  }
+
+  /// ``write(_:)`` without `async`: blocks the calling thread until committed.
+  @discardableResult
+  public func writeNow<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
+    try database.write { tx in try body(StoreTransaction(store: self, transaction: tx)) }
+  }
+
+  /// Runs `body` against a snapshot of the last commit.
+  public func read<T>(_ body: (StoreSnapshot) throws -> T) throws -> T {
+    try body(StoreSnapshot(store: self, snapshot: try database.snapshot()))
+  }
+
+  /// A snapshot of the last commit, to read from for as long as it is kept.
+  public func snapshot() throws -> StoreSnapshot {
+    StoreSnapshot(store: self, snapshot: try database.snapshot())
+  }
+}
+
+/// Resolved model spaces by type, built once per store.
+final class SpaceCache: @unchecked Sendable {
+  private let lock = NSLock()
+  private var spaces: [ObjectIdentifier: Any] = [:]
+  let counters: RepoCounters
+
+  init(counters: RepoCounters) { self.counters = counters }
+
+  func get<M>(_ type: M.Type) throws -> ModelSpace<M> {
+    lock.lock()
+    defer { lock.unlock() }
+    if let s = spaces[ObjectIdentifier(type)] as? ModelSpace<M> { return s }
+    let s = try ModelSpace(type, counters: counters)
+    spaces[ObjectIdentifier(type)] = s
+    return s
+  }
+}
+
+/// One write transaction across any repositories of a store.
+public final class StoreTransaction {
+  let store: Store
+  /// The engine transaction underneath.
+  public let transaction: WriteTransaction
+  private var prepared = Set<ObjectIdentifier>()
+
+  init(store: Store, transaction: WriteTransaction) {
+    self.store = store
+    self.transaction = transaction
+  }
+
+  /// The repository of `type`, bound to this transaction.
+  public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
+    -> TransactionRepository<M>
+  where M.ID: Codable & Hashable & Sendable {
+    let access = ModelAccess<M>(space: try store.space(type))
+    if prepared.insert(ObjectIdentifier(type)).inserted { try access.prepare(transaction) }
+    return TransactionRepository(access: access, transaction: transaction)
+  }
+}
+
+/// A read-only view of one commit across any repositories.
+public final class StoreSnapshot: @unchecked Sendable {
+  let store: Store
+  /// The engine snapshot underneath.
+  public let snapshot: Snapshot
+
+  init(store: Store, snapshot: Snapshot) {
+    self.store = store
+    self.snapshot = snapshot
+  }
+
+  /// The repository of `type`, reading this snapshot.
+  public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
+    -> SnapshotRepository<M>
+  where M.ID: Codable & Hashable & Sendable {
+    SnapshotRepository(access: ModelAccess<M>(space: try store.space(type)), snapshot: snapshot)
+  }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import Testing
+
+@testable import Repo
+
+@Suite struct EncodingTests {
+  struct Everything: Codable, Equatable {
+    enum Kind: String, Codable { case a, b }
+    struct Inner: Codable, Equatable {
+      var x: Int
+      var y: [String]
+    }
+    var i: Int
+    var i8: Int8
+    var u64: UInt64
+    var d: Double
+    var f: Float
+    var s: String
+    var b: Bool
+    var date: Date
+    var uuid: UUID
+    var data: Data
+    var optional: String?
+    var none: Int?
+    var kind: Kind
+    var inner: Inner
+    var list: [Inner]
+    var map: [String: Int]
+    var nested: [[Int?]]
+  }
+
+  @Test func everythingRoundTrips() throws {
+    let value = Everything(
+      i: -123_456_789, i8: -8, u64: .max, d: -0.5, f: 3.25, s: "héllo\u{0}wörld", b: true, date: epoch, uuid: UUID(),
+      data: Data([0, 1, 2, 255]), optional: "x", none: nil, kind: .b, inner: .init(x: 7, y: ["a", ""]),
+      list: [.init(x: 1, y: []), .init(x: 2, y: ["z"])], map: ["one": 1, "two": 2], nested: [[1, nil], [], [3]])
+    let bytes = try RecordEncoder.encode(value)
+    #expect(try RecordDecoder.decode(Everything.self, from: bytes) == value)
+  }
+
+  @Test func damagedRecordsAreErrorsNotCrashes() throws {
+    let bytes = try RecordEncoder.encode(Todo(id: 1, title: "title", done: true, createdAt: epoch))
+    var rng = SystemRandomNumberGenerator()
+    for cut in 0..<bytes.count {
+      #expect(throws: (any Error).self) { _ = try RecordDecoder.decode(Todo.self, from: Array(bytes.prefix(cut))) }
+    }
+    for _ in 0..<2_000 {
+      var damaged = bytes
+      damaged[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+      _ = try? RecordDecoder.decode(Todo.self, from: damaged)  // any outcome but a crash
+    }
+  }
+
+  @Test func recordsAreSmallerThanJSON() throws {
+    let user = User(id: UUID(), email: "ada@example.com", name: "Ada", active: true, lastSeen: epoch, createdAt: epoch)
+    let binary = try RecordEncoder.encode(user)
+    let json = try JSONEncoder().encode(user)
+    #expect(binary.count < json.count)
+  }
+}
+
+@Suite struct KeyEncodingTests {
+  func ordered<T: Encodable>(_ values: [T], _ less: (T, T) -> Bool) throws {
+    for a in values {
+      for b in values {
+        let ka = try KeyEncoding.encode(a)
+        let kb = try KeyEncoding.encode(b)
+        #expect(ka.lexicographicallyPrecedes(kb) == less(a, b), "\(a) vs \(b)")
+        if !less(a, b) && !less(b, a) { #expect(ka == kb) }
+      }
+    }
+  }
+
+  @Test func integersOrder() throws {
+    try ordered([Int.min, -1_000_000, -256, -1, 0, 1, 255, 256, 70_000, Int.max], <)
+    try ordered([UInt64(0), 1, 255, 1 << 40, .max], <)
+    try ordered([Int8.min, -1, 0, 1, Int8.max], <)
+  }
+
+  @Test func doublesOrder() throws {
+    try ordered([-Double.infinity, -1e300, -2.5, -1, -0.0, 0, 1e-300, 1, 2.5, 1e300, .infinity], <)
+    #expect(try KeyEncoding.encode(-0.0) == KeyEncoding.encode(0.0))
+    try ordered([Float(-3), -0.5, 0, 0.5, 3], <)
+  }
+
+  @Test func stringsOrderAndDelimit() throws {
+    try ordered(["", "\u{0}", "\u{0}\u{0}", "a", "a\u{0}", "a\u{0}b", "ab", "b", "é", "z", "日本"], <)
+    // Self-delimiting: a compound key orders by its first part first.
+    struct Pair: Codable {
+      var a: String
+      var b: Int
+    }
+    let keys = try [Pair(a: "a", b: 9), Pair(a: "a", b: 10), Pair(a: "ab", b: 0), Pair(a: "b", b: -5)].map(
+      KeyEncoding.encode)
+    #expect(keys == keys.sorted { $0.lexicographicallyPrecedes($1) })
+  }
+
+  @Test func canonicallyEqualStringsHaveOneKey() throws {
+    #expect(try KeyEncoding.encode("caf\u{E9}") == KeyEncoding.encode("cafe\u{301}"))
+    #expect("caf\u{E9}" == "cafe\u{301}")  // Swift agrees they are equal
+  }
+
+  @Test func datesUUIDsBoolsAndOptionalsOrder() throws {
+    try ordered([day(-5), day(0), day(3), day(1_000)], <)
+    try ordered([false, true], { !$0 && $1 })
+    let uuids = (0..<20).map { _ in UUID() }
+    try ordered(uuids) { a, b in
+      withUnsafeBytes(of: a.uuid) { x in withUnsafeBytes(of: b.uuid) { y in x.lexicographicallyPrecedes(y) } }
+    }
+    // nil first, then the values in order.
+    let optionals: [Int?] = [nil, -1, 0, 5]
+    try ordered(optionals) { a, b in
+      switch (a, b) {
+      case (nil, nil): false
+      case (nil, _): true
+      case (_, nil): false
+      case (let x?, let y?): x < y
+      }
+    }
+  }
+
+  @Test func unorderedCollectionsAreRejected() {
+    #expect { _ = try KeyEncoding.encode(["a": 1]) } throws: { ($0 as? RepoError)?.code == .unsupportedKey }
+    #expect { _ = try KeyEncoding.encode(Set([1, 2])) } throws: { ($0 as? RepoError)?.code == .unsupportedKey }
+  }
+}

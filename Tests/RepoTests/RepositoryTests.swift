@@ -1,0 +1,229 @@
+import Engine
+import Foundation
+import Repo
+import Testing
+
+@Suite struct RepositoryTests {
+  @Test func aUniqueViolationRollsBackTheWholeTransaction() async throws {
+    let store = try Store.inMemory()
+    let users = store.repository(User.self)
+    try await users.insert(User(id: UUID(), email: "a@x", name: "A", active: true, lastSeen: epoch, createdAt: epoch))
+    await #expect {
+      try await store.write { tx in
+        try tx.repository(Todo.self).insert(Todo(id: 1, title: "side effect", done: false, createdAt: epoch))
+        let u = try tx.repository(User.self)
+        try u.insert(User(id: UUID(), email: "b@x", name: "B", active: true, lastSeen: epoch, createdAt: epoch))
+        try u.insert(User(id: UUID(), email: "a@x", name: "Dup", active: true, lastSeen: epoch, createdAt: epoch))
+      }
+    } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
+    // Nothing of it happened: not the todo, not the first user.
+    #expect(try await store.repository(Todo.self).count() == 0)
+    #expect(try await users.count() == 1)
+    // Changing the unique field to a taken value is refused too.
+    var b = User(id: UUID(), email: "b@x", name: "B", active: true, lastSeen: epoch, createdAt: epoch)
+    try await users.insert(b)
+    b.email = "a@x"
+    await #expect { try await users.update(b) } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
+  }
+
+  @Test func transactionsSpanRepositoriesAndReadsSeeOnlyCommits() async throws {
+    let store = try Store.inMemory()
+    struct Boom: Error {}
+    await #expect(throws: Boom.self) {
+      try await store.write { tx in
+        try tx.repository(Todo.self).insert(Todo(id: 1, title: "x", done: false, createdAt: epoch))
+        try tx.repository(Post.self).insert(Post(id: 1, title: "y", body: "", publishedAt: epoch))
+        #expect(try tx.repository(Todo.self).get(1) != nil)  // own writes are visible inside
+        throw Boom()
+      }
+    }
+    #expect(try await store.repository(Todo.self).count() == 0)
+    #expect(try await store.repository(Post.self).count() == 0)
+    try await store.write { tx in
+      try tx.repository(Todo.self).insert(Todo(id: 1, title: "x", done: false, createdAt: epoch))
+      try tx.repository(Post.self).insert(Post(id: 1, title: "y", body: "", publishedAt: epoch))
+    }
+    #expect(try await store.repository(Post.self).get(1)?.title == "y")
+  }
+
+  @Test func aRecordThatNoLongerDecodesIsATypedError() async throws {
+    // Version 1 of a model, stored; version 2 changed a field's type.
+    struct NoteV1: Codable, Sendable, Identifiable, IndexedModel {
+      var id: Int
+      var priority: String
+      static var storedName: String { "Note" }
+    }
+    struct NoteV2: Codable, Sendable, Identifiable, IndexedModel {
+      var id: Int
+      var priority: Int
+      static var storedName: String { "Note" }
+    }
+    let store = try Store.inMemory()
+    try await store.repository(NoteV1.self).insert(NoteV1(id: 42, priority: "high"))
+    await #expect {
+      _ = try await store.repository(NoteV2.self).get(42)
+    } throws: { error in
+      guard let e = error as? RepoError else { return false }
+      return e.code == .decoding && e.model == "Note" && e.id == "42" && e.field == "priority"
+    }
+    await #expect { _ = try await store.repository(NoteV2.self).fetch(FetchDescriptor()) } throws: {
+      ($0 as? RepoError)?.code == .decoding
+    }
+  }
+
+  @Test func schemaEvolutionReadsNewOptionalsAsNilAndIgnoresRemovedFields() async throws {
+    struct ContactV1: Codable, Sendable, Identifiable, IndexedModel {
+      var id: Int
+      var name: String
+      var fax: String
+      static var storedName: String { "Contact" }
+    }
+    struct ContactV2: Codable, Sendable, Identifiable, IndexedModel {
+      var id: Int
+      var name: String
+      var nickname: String?  // new
+      static var storedName: String { "Contact" }  // fax removed
+    }
+    let store = try Store.inMemory()
+    try await store.repository(ContactV1.self).insert(ContactV1(id: 1, name: "Ada", fax: "555"))
+    let v2 = try #require(try await store.repository(ContactV2.self).get(1))
+    #expect(v2.name == "Ada")
+    #expect(v2.nickname == nil)
+  }
+
+  @Test func sortPlusLimitOnAnIndexReadsOnlyLimitRecords() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    try await todos.insert(
+      contentsOf: (0..<5_000).map { Todo(id: $0, title: "t\($0)", done: $0 % 2 == 0, createdAt: day($0 * 7 % 5_000)) })
+    var d = FetchDescriptor<Todo>(sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+    d.fetchLimit = 50
+    #expect(try todos.explain(d).contains("index scan Todo#index:createdAt"))
+    #expect(try todos.explain(d).contains("in sort order"))
+    let before = store.recordsRead
+    let newest = try await todos.fetch(d)
+    #expect(store.recordsRead - before == 50)
+    #expect(newest.map(\.createdAt) == (0..<5_000).map { day($0 * 7 % 5_000) }.sorted(by: >).prefix(50).map { $0 })
+
+    // Without an index on the sort key: a scan, and a bounded top-k sort.
+    var byTitle = FetchDescriptor<Todo>(sortBy: [SortDescriptor(\.title)])
+    byTitle.fetchLimit = 5
+    #expect(try todos.explain(byTitle).contains("full scan"))
+    #expect(try await todos.fetch(byTitle).map(\.title) == ["t0", "t1", "t10", "t100", "t1000"])
+
+    // An equality on an index narrows the read.
+    let readsBefore = store.recordsRead
+    let done = try await todos.count(matching: #Predicate { $0.done })
+    #expect(done == 2_500)
+    #expect(store.recordsRead == readsBefore, "an exact index range counts without reading records")
+    let (from, to) = (day(100), day(110))
+    let windowed = try await todos.fetch(
+      FetchDescriptor(predicate: #Predicate { $0.createdAt >= from && $0.createdAt < to }))
+    #expect(windowed.count == 10)
+  }
+
+  /// The planner weighs how many records each index range holds (counted
+  /// in O(log n)) against reading in sort order and stopping at the limit.
+  @Test func plannerWeighsSelectivityAgainstSortOrder() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    // 10,000 todos, 1 in 1,000 open.
+    try await todos.insert(
+      contentsOf: (0..<10_000).map { Todo(id: $0, title: "t\($0)", done: $0 % 1_000 != 0, createdAt: day($0)) })
+
+    // Open todos are rare: read the 10 through the done index, then sort them.
+    var rare = FetchDescriptor<Todo>(
+      predicate: #Predicate { !$0.done }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+    rare.fetchLimit = 5
+    #expect(try todos.explain(rare).contains("index scan Todo#index:done"))
+    var before = store.recordsRead
+    #expect(try await todos.fetch(rare).map(\.id) == [9_000, 8_000, 7_000, 6_000, 5_000])
+    #expect(store.recordsRead - before == 10)
+
+    // Done todos are most of them: walk the createdAt index newest first and
+    // stop after 5 matches, rather than read 9,990 records and sort them.
+    var common = FetchDescriptor<Todo>(
+      predicate: #Predicate { $0.done }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+    common.fetchLimit = 5
+    #expect(try todos.explain(common).contains("index scan Todo#index:createdAt"))
+    before = store.recordsRead
+    #expect(try await todos.fetch(common).map(\.id) == [9_999, 9_998, 9_997, 9_996, 9_995])
+    #expect(store.recordsRead - before == 5)
+  }
+
+  @Test func batchedFetchDecodesABatchAtATimeFromOneSnapshot() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    try await todos.insert(
+      contentsOf: (0..<1_000).map { Todo(id: $0, title: "t\($0)", done: $0 % 3 == 0, createdAt: day($0)) })
+    let results = try await todos.fetch(
+      FetchDescriptor(predicate: #Predicate { !$0.done }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)]),
+      batchSize: 20)
+    #expect(results.count == 666)
+    #expect(results.decodedBatches == 0)
+    // Later commits are not seen.
+    try await todos.deleteAll()
+    #expect(results[0].id == 998)
+    #expect(results[1].id == 997)
+    #expect(results.decodedBatches == 1)
+    #expect(results[665].id == 1)
+    #expect(results.decodedBatches == 2)
+    #expect(Array(results.prefix(3)).map(\.id) == [998, 997, 995])
+    var seen = 0
+    for r in results where !r.done { seen += 1 }
+    #expect(seen == 666)
+    #expect(try results.element(at: 100).id == results[100].id)
+  }
+
+  @Test func deleteAllIsARangeDeleteNotALoop() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    try await todos.insert(contentsOf: (0..<50_000).map { Todo(id: $0, title: "t", done: false, createdAt: day($0)) })
+    try store.database.checkpoint()
+    let before = store.database.statistics
+    #expect(try await todos.deleteAll() == 50_000)
+    let cost = store.database.statistics.since(before)
+    // Three keyspaces (records and two indexes), each emptied by one range delete.
+    #expect(cost.nodeReads < 20, "\(cost.nodeReads) node reads")
+    #expect(cost.walBytesWritten < 512)
+    #expect(try await todos.count() == 0)
+    #expect(try await todos.fetch(FetchDescriptor(predicate: #Predicate { !$0.done })).isEmpty)
+  }
+
+  @Test func batchDeleteOverAnIndexedRangeUsesOneRangeDelete() async throws {
+    let store = try Store.inMemory()
+    let posts = store.repository(Post.self)
+    try await posts.insert(contentsOf: (0..<20_000).map { Post(id: $0, title: "p", body: "", publishedAt: day($0)) })
+    try store.database.checkpoint()
+    let before = store.database.statistics
+    let cutoff = day(10_000)
+    // Ids follow dates here, so both the index span and the record span are contiguous.
+    #expect(try await posts.delete(matching: #Predicate { $0.publishedAt < cutoff }) == 10_000)
+    let cost = store.database.statistics.since(before)
+    #expect(cost.walBytesWritten < 200_000, "\(cost.walBytesWritten) WAL bytes")
+    #expect(try await posts.count() == 10_000)
+    #expect(try await posts.fetchOne(FetchDescriptor(sortBy: [SortDescriptor(\.publishedAt)]))?.id == 10_000)
+  }
+
+  @Test func predicatesTheMacroExpandsStillWorkWithoutAnIndex() async throws {
+    let store = try Store.inMemory()
+    let recs = store.repository(PlainRec.self)
+    try await recs.insert(
+      contentsOf: (0..<300).map {
+        PlainRec(
+          id: $0, score: $0 % 17, name: "n\($0)", rating: Double($0) / 3, tag: $0 % 4 == 0 ? nil : "t\($0 % 5)",
+          active: $0 % 2 == 0, created: day($0))
+      })
+    let found = try await recs.fetch(
+      FetchDescriptor(
+        predicate: #Predicate {
+          ($0.tag ?? "none") == "none" && ($0.name.starts(with: "n1") || $0.rating > 90) && $0.active
+        }))
+    let expected = (0..<300).filter { (i: Int) -> Bool in
+      let nameMatches = String(i).hasPrefix("1") || Double(i) / 3 > 90
+      return i % 4 == 0 && nameMatches && i % 2 == 0
+    }
+    #expect(!expected.isEmpty)
+    #expect(found.map(\.id).sorted() == expected)
+  }
+}
