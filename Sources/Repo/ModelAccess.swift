@@ -27,6 +27,10 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func decode(_ bytes: [UInt8], key: [UInt8]) throws -> M {
+    try bytes.withUnsafeBytes { try decode($0, key: key) }
+  }
+
+  func decode(_ bytes: UnsafeRawBufferPointer, key: [UInt8]) throws -> M {
     do {
       return try RecordDecoder.decode(M.self, from: bytes)
     } catch let e as DecodingError {
@@ -116,49 +120,52 @@ where M.ID: Codable & Hashable & Sendable {
 
   func get(_ id: M.ID, _ reader: some KeyValueReader) throws -> M? {
     let k = try key(id)
-    guard let bytes = try reader.get(k, in: space.records) else { return nil }
-    return try decode(bytes, key: k)
+    return try reader.withValue(for: k, in: space.records) { try decode($0, key: k) }
   }
 
   func count(_ reader: some KeyValueReader) throws -> Int { Int(try reader.count(in: space.records)) }
 
   /// The records a plan reads, in its order, with their keys, calling
-  /// `body` until it returns false.
+  /// `body` until it returns false. Records are lent in place (valid only
+  /// inside `visit`), straight from the engine's nodes: no copy.
   func scan(
     _ plan: Plan<M>, _ reader: some KeyValueReader,
-    _ visit: (_ key: [UInt8], _ record: [UInt8], _ indexKey: [UInt8]?) throws -> Bool
+    _ visit: (_ key: [UInt8], _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool
   ) throws {
-    func body(_ key: [UInt8], _ record: [UInt8], _ indexKey: [UInt8]?) throws -> Bool {
+    func body(_ key: [UInt8], _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool {
       space.counters.recordsRead.add(1, ordering: .relaxed)
       return try visit(key, record, indexKey)
     }
     switch plan.access {
     case .id(let k):
-      if let v = try reader.get(k, in: space.records) { _ = try body(k, v, nil) }
+      _ = try reader.visitValue(for: k, in: space.records) { _ = try body(k, $0, nil) }
     case .records(let range, let reverse):
       let c = try reader.cursor(in: space.records, range: range)
       if reverse {
         try c.seekToLast()
-        while let e = try c.previous() { guard try body(e.key, e.value, nil) else { return } }
+        while let e = try c.previous() {
+          guard try e.value.withUnsafeBytes({ try body(e.key, $0, nil) }) else { return }
+        }
       } else {
-        while let e = try c.next() { guard try body(e.key, e.value, nil) else { return } }
+        while let more = try c.next({ k, v in try body(Array(k), v, nil) }) { guard more else { return } }
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
-      func visit(_ e: Entry) throws -> Bool {
-        let id = e.value  // every index entry's value is its record's key
-        guard let v = try reader.get(id, in: space.records) else {
+      func visit(_ indexKey: [UInt8], _ id: [UInt8]) throws -> Bool {
+        // Every index entry's value is its record's key.
+        var more = true
+        guard try reader.visitValue(for: id, in: space.records, { more = try body(id, $0, indexKey) }) else {
           throw RepoError(
             .decoding, "index \(i.index.name) names a record that does not exist", model: space.name,
             id: Self.describeKey(id))
         }
-        return try body(id, v, e.key)
+        return more
       }
       if reverse {
         try c.seekToLast()
-        while let e = try c.previous() { guard try visit(e) else { return } }
+        while let e = try c.previous() { guard try visit(e.key, e.value) else { return } }
       } else {
-        while let e = try c.next() { guard try visit(e) else { return } }
+        while let e = try c.next({ k, v in (Array(k), Array(v)) }) { guard try visit(e.0, e.1) else { return } }
       }
     }
   }
@@ -169,11 +176,6 @@ where M.ID: Codable & Hashable & Sendable {
     { keyspace, range in (try? reader.count(in: keyspace, range: range)).map { Double($0) } }
   }
 
-  func matches(_ model: M, _ predicate: Predicate<M>?) throws -> Bool {
-    guard let predicate else { return true }
-    return try predicate.evaluate(model)
-  }
-
   /// Runs a fetch: the plan, the predicate on every candidate, the sort
   /// (a bounded top-k when there is a limit), the window.
   func fetch(_ d: FetchDescriptor<M>, _ reader: some KeyValueReader, built: Set<String>) throws -> [M] {
@@ -181,12 +183,13 @@ where M.ID: Codable & Hashable & Sendable {
     let offset = max(0, d.fetchOffset ?? 0)
     let limit = d.fetchLimit.map { max(0, $0) }
     if limit == 0 { return [] }
+    let matches = CompiledPredicate(d.predicate, exact: plan.exact)
     if plan.ordered || d.sortBy.isEmpty {
       var out: [M] = []
       var skipped = 0
       try scan(plan, reader) { key, bytes, _ in
         let m = try decode(bytes, key: key)
-        guard try matches(m, d.predicate) else { return true }
+        guard try matches(m) else { return true }
         if skipped < offset {
           skipped += 1
           return true
@@ -201,7 +204,7 @@ where M.ID: Codable & Hashable & Sendable {
       var top = TopK<M>(capacity: offset + limit, less: comparator.less)
       try scan(plan, reader) { key, bytes, _ in
         let m = try decode(bytes, key: key)
-        if try matches(m, d.predicate) { top.insert((m, key)) }
+        if try matches(m) { top.insert((m, key)) }
         return true
       }
       return Array(top.sorted().dropFirst(offset))
@@ -209,7 +212,7 @@ where M.ID: Codable & Hashable & Sendable {
     var all: [(M, [UInt8])] = []
     try scan(plan, reader) { key, bytes, _ in
       let m = try decode(bytes, key: key)
-      if try matches(m, d.predicate) { all.append((m, key)) }
+      if try matches(m) { all.append((m, key)) }
       return true
     }
     return Array(comparator.sort(all).dropFirst(offset))
@@ -227,9 +230,10 @@ where M.ID: Codable & Hashable & Sendable {
       case .index(let i, let r, _): return Int(try reader.count(in: i.keyspace, range: r))
       }
     }
+    let matches = CompiledPredicate(predicate)
     var n = 0
     try scan(plan, reader) { key, bytes, _ in
-      if try matches(try decode(bytes, key: key), predicate) { n += 1 }
+      if try matches(try decode(bytes, key: key)) { n += 1 }
       return true
     }
     return n
@@ -300,38 +304,56 @@ where M.ID: Codable & Hashable & Sendable {
     return Int(n)
   }
 
-  /// Deletes the matching records. Runs of consecutive matches in the
-  /// keyspace the plan reads go with one range delete each; the other
-  /// keyspaces' entries of those records one by one.
+  /// Deletes the matching records. When the plan's key range selects
+  /// exactly the matches and no other index needs their values, nothing is
+  /// decoded: an id range is one range delete, an index range is one range
+  /// delete plus a delete per record. Otherwise runs of consecutive matches
+  /// in the keyspace the plan reads go with one range delete each, and the
+  /// other keyspaces' entries of those records one by one.
   @discardableResult
   func delete(matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>) throws -> Int {
     if predicate == nil { return try deleteAll(tx) }
     let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
+    let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
+    if case .index(let i, _, _) = plan.access { scannedIndex = i } else { scannedIndex = nil }
+    let scannedKeyspace = scannedIndex?.keyspace ?? space.records
+    let otherIndexes = space.indexes.filter { $0.keyspace != scannedKeyspace }
+
+    if plan.exact && otherIndexes.isEmpty {
+      switch plan.access {
+      case .id(let k):
+        guard try tx.get(k, in: space.records) != nil else { return 0 }
+        try tx.delete(k, in: space.records)
+        return 1
+      case .records(let range, _):
+        return Int(try tx.deleteRange(range, in: space.records))
+      case .index(let i, let range, _):
+        var recordKeys: [[UInt8]] = []
+        let c = try tx.cursor(in: i.keyspace, range: range)
+        while let e = try c.next() { recordKeys.append(e.value) }
+        try tx.deleteRange(range, in: i.keyspace)
+        for k in recordKeys { try tx.delete(k, in: space.records) }
+        return recordKeys.count
+      }
+    }
+
+    let matches = CompiledPredicate(predicate, exact: plan.exact)
     // Collect first: deleting while a cursor reads would not be seen by it
     // anyway (it reads a frozen view), but the spans must be known whole.
-    var victims: [(key: [UInt8], model: M, indexKey: [UInt8]?)] = []
+    var victims: [(key: [UInt8], model: M)] = []
     var spans: [(first: [UInt8], last: [UInt8])] = []
     var open = false
     try scan(plan, tx) { key, bytes, indexKey in
       let m = try decode(bytes, key: key)
-      if try matches(m, predicate) {
+      if try matches(m) {
         let scanned = indexKey ?? key
         if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
         open = true
-        victims.append((key, m, indexKey))
+        victims.append((key, m))
       } else {
         open = false
       }
       return true
-    }
-    let scannedKeyspace: String
-    let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
-    if case .index(let i, _, _) = plan.access {
-      scannedKeyspace = i.keyspace
-      scannedIndex = i
-    } else {
-      scannedKeyspace = space.records
-      scannedIndex = nil
     }
     // 1. The scanned keyspace: a range delete per span of matches.
     for span in spans {
@@ -345,9 +367,7 @@ where M.ID: Codable & Hashable & Sendable {
     // 2. Everything else, entry by entry.
     for v in victims {
       if scannedIndex != nil { try tx.delete(v.key, in: space.records) }
-      for i in space.indexes where i.keyspace != scannedIndex?.keyspace {
-        try tx.delete(try indexKey(i, v.model, id: v.key), in: i.keyspace)
-      }
+      for i in otherIndexes { try tx.delete(try indexKey(i, v.model, id: v.key), in: i.keyspace) }
     }
     return victims.count
   }
@@ -358,10 +378,11 @@ where M.ID: Codable & Hashable & Sendable {
     matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>, _ change: (inout M) throws -> Void
   ) throws -> Int {
     let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
+    let matches = CompiledPredicate(predicate, exact: plan.exact)
     var selected: [(key: [UInt8], model: M)] = []
     try scan(plan, tx) { key, bytes, _ in
       let m = try decode(bytes, key: key)
-      if try matches(m, predicate) { selected.append((key, m)) }
+      if try matches(m) { selected.append((key, m)) }
       return true
     }
     for (k, old) in selected {

@@ -124,3 +124,32 @@ import Testing
     #expect { _ = try KeyEncoding.encode(Set([1, 2])) } throws: { ($0 as? RepoError)?.code == .unsupportedKey }
   }
 }
+
+@Suite struct PredicateCompilerTests {
+  static let records = DifferentialTests.records(Rec.self, seed: 7, count: 500)
+
+  /// The compiled closure and Foundation's `evaluate` agree, record by record.
+  func agree(_ p: Predicate<Rec>, compiled: Bool) throws {
+    let c = CompiledPredicate(p)
+    #expect(c.isCompiled == compiled)
+    for r in Self.records { #expect(try c(r) == p.evaluate(r), "record \(r.id)") }
+  }
+
+  @Test func comparisonsLogicAndOptionalsCompile() throws {
+    let cutoff = day(500)
+    try agree(#Predicate { $0.score > 50 && $0.name != "n7" || !$0.active }, compiled: true)
+    try agree(#Predicate { $0.created <= cutoff && ($0.rating >= 12.5 || $0.score == 3) }, compiled: true)
+    try agree(#Predicate { $0.tag == nil || $0.tag == "t3" }, compiled: true)
+    try agree(#Predicate { 40 < $0.score && $0.active }, compiled: true)
+  }
+
+  @Test func anythingElseFallsBackToEvaluate() throws {
+    try agree(#Predicate { $0.name.contains("7") }, compiled: false)
+    try agree(#Predicate { $0.score > 10 && ($0.tag ?? "") == "t1" }, compiled: false)
+  }
+
+  @Test func anExactPlanTestsNothing() throws {
+    let c = CompiledPredicate(#Predicate<Rec> { $0.score > 1_000 }, exact: true)
+    #expect(try c(Self.records[0]))
+  }
+}

@@ -205,6 +205,36 @@ import Testing
     #expect(try await posts.fetchOne(FetchDescriptor(sortBy: [SortDescriptor(\.publishedAt)]))?.id == 10_000)
   }
 
+  /// A predicate whose key range is exact deletes without decoding a record:
+  /// an id range is one range delete; the only index's range is one range
+  /// delete plus the records it names.
+  @Test func exactBatchDeletesDecodeNothing() async throws {
+    let store = try Store.inMemory()
+    let plain = store.repository(PlainRec.self)
+    let records = DifferentialTests.records(PlainRec.self, seed: 3, count: 5_000)
+    try await plain.insert(contentsOf: records)
+    try store.database.checkpoint()
+    var before = store.recordsRead
+    let stats = store.database.statistics
+    #expect(try await plain.delete(matching: #Predicate { $0.id >= 1_000 && $0.id < 4_000 }) == 3_000)
+    #expect(store.recordsRead == before, "no record was read")
+    #expect(store.database.statistics.since(stats).walBytesWritten < 512)
+    #expect(try await plain.fetch(FetchDescriptor()).map(\.id) == Array(0..<1_000) + Array(4_000..<5_000))
+
+    let posts = store.repository(Post.self)
+    try await posts.insert(
+      contentsOf: (0..<2_000).map { Post(id: $0, title: "p", body: "", publishedAt: day(($0 * 7) % 2_000)) })
+    let cutoff = day(500)
+    before = store.recordsRead
+    #expect(try await posts.delete(matching: #Predicate { $0.publishedAt < cutoff }) == 500)
+    #expect(store.recordsRead == before, "no record was read")
+    let left = try await posts.fetch(FetchDescriptor(sortBy: [SortDescriptor(\.publishedAt)]))
+    #expect(left.count == 1_500)
+    #expect(left.allSatisfy { $0.publishedAt >= cutoff })
+    #expect(try await posts.count(matching: #Predicate { $0.publishedAt >= cutoff }) == 1_500)
+    #expect(try await posts.count(matching: #Predicate { $0.publishedAt < cutoff }) == 0)
+  }
+
   @Test func predicatesTheMacroExpandsStillWorkWithoutAnIndex() async throws {
     let store = try Store.inMemory()
     let recs = store.repository(PlainRec.self)

@@ -2,13 +2,22 @@ import Foundation
 
 /// Decodes the record encoding (FORMAT.md §9.1). Every read is bounds
 /// checked; bad bytes give a `DecodingError`, never a crash.
+///
+/// It reads the record in place, through a buffer that is valid only during
+/// `decode`: records come straight from the engine's cached nodes, with no
+/// copy. The containers it hands to `init(from:)` must not outlive that call
+/// (Codable's contract; a decoder kept past it would read freed memory).
 final class RecordDecoder {
-  let bytes: [UInt8]
+  let bytes: UnsafeRawBufferPointer
   var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-  init(_ bytes: [UInt8]) { self.bytes = bytes }
+  private init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
   static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+    try bytes.withUnsafeBytes { try decode(type, from: $0) }
+  }
+
+  static func decode<T: Decodable>(_ type: T.Type, from bytes: UnsafeRawBufferPointer) throws -> T {
     let d = RecordDecoder(bytes)
     guard let version = bytes.first else { throw d.corrupt("empty record", []) }
     guard version == recordFormatVersion else { throw d.corrupt("unknown record format version \(version)", []) }
@@ -49,7 +58,7 @@ final class RecordDecoder {
     guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else {
       throw corrupt("record ends inside a value", path)
     }
-    return bytes.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+    return T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
   }
 
   /// A length-prefixed run of bytes at `offset`; returns its range and moves past it.
@@ -155,7 +164,7 @@ final class RecordDecoder {
     }
     var o = offset + 1
     let r = try run(at: &o, path)
-    return String(decoding: bytes[r], as: UTF8.self)
+    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[r]), as: UTF8.self)
   }
 
   func bool(at offset: Int, _ path: [any CodingKey]) throws -> Bool {
@@ -184,7 +193,7 @@ final class RecordDecoder {
       guard try tag(at: offset, codingPath) == RecordTag.uuid.rawValue, offset + 17 <= bytes.count else {
         throw mismatch(UUID.self, bytes[offset], codingPath)
       }
-      let u = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset + 1, as: uuid_t.self) }
+      let u = bytes.loadUnaligned(fromByteOffset: offset + 1, as: uuid_t.self)
       return UUID(uuid: u) as! T
     }
     if T.self == Data.self {
@@ -192,7 +201,7 @@ final class RecordDecoder {
         throw mismatch(Data.self, bytes[offset], codingPath)
       }
       var o = offset + 1
-      return Data(bytes[try run(at: &o, codingPath)]) as! T
+      return Data(UnsafeRawBufferPointer(rebasing: bytes[try run(at: &o, codingPath)])) as! T
     }
     if T.self == Float.self { return Float(try double(at: offset, codingPath)) as! T }
     if T.self == Int64.self { return try integer(Int64.self, at: offset, codingPath) as! T }
@@ -243,6 +252,11 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
   // Not checked at run time: a container lives inside one decode call.
   @exclusivity(unchecked) private var cursor: Int  // offset of the entry `index`
   @exclusivity(unchecked) private var index = 0
+  /// The starts of the first `known` entries, as they are passed: a missing
+  /// field then costs a name comparison per entry, not a parse of each value.
+  @exclusivity(unchecked) private var starts = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+  @exclusivity(unchecked) private var known = 0
+  private static var rememberedStarts: Int { 16 }
 
   init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
     self.decoder = decoder
@@ -262,7 +276,8 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     var o = first
     for _ in 0..<count {
       guard let r = try? decoder.run(at: &o, codingPath), let next = try? decoder.skip(at: o, codingPath) else { break }
-      if let k = Key(stringValue: String(decoding: decoder.bytes[r], as: UTF8.self)) { keys.append(k) }
+      let name = String(decoding: UnsafeRawBufferPointer(rebasing: decoder.bytes[r]), as: UTF8.self)
+      if let k = Key(stringValue: name) { keys.append(k) }
       o = next
     }
     return keys
@@ -275,10 +290,8 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let r = try decoder.run(at: &o, codingPath)
     let same =
       r.count == name.count
-      && decoder.bytes.withUnsafeBytes { raw in
-        // Safe: run() checked the range lies in the record.
-        name.count == 0 || memcmp(raw.baseAddress! + r.lowerBound, name.baseAddress!, r.count) == 0
-      }
+      // Safe: run() checked the range lies in the record.
+      && (name.count == 0 || memcmp(decoder.bytes.baseAddress! + r.lowerBound, name.baseAddress!, r.count) == 0)
     return (same, o)
   }
 
@@ -287,21 +300,33 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     guard count > 0 else { return nil }
     var name = key.stringValue
     return try name.withUTF8 { utf8 -> Int? in
-      // 1. The next field in order: the common case.
+      // 0. The next field in order, with a name under 128 bytes (one length
+      //    byte) and a value `quickSkip` can step over: almost every field.
+      if index < count, let value = quickMatch(at: cursor, named: utf8), let next = quickSkip(at: value) {
+        remember(index, cursor)
+        cursor = next
+        index += 1
+        return value
+      }
+      // 1. The next field in order, the careful way.
       if index < count {
         let (same, value) = try entry(at: cursor, named: utf8)
         if same {
+          remember(index, cursor)
           let next = try decoder.skip(at: value, codingPath)
           cursor = next
           index += 1
           return value
         }
       }
-      // 2. Anywhere else: search from the start.
+      // 2. Anywhere else (a field missing, like a nil optional, or asked
+      //    for out of order): search from the start, jumping over the
+      //    entries whose starts are remembered instead of parsing them.
       var o = first
       for i in 0..<count {
+        if i < known { o = start(i) } else { remember(i, o) }
         let (same, value) = try entry(at: o, named: utf8)
-        let next = try decoder.skip(at: value, codingPath)
+        let next = i + 1 < known ? start(i + 1) : try decoder.skip(at: value, codingPath)
         if same {
           cursor = next
           index = i + 1
@@ -311,6 +336,56 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
       }
       return nil
     }
+  }
+
+  /// Where entry `i` starts, for `i < known`.
+  @inline(__always) private func start(_ i: Int) -> Int {
+    withUnsafeBytes(of: &starts) { $0.load(fromByteOffset: i * MemoryLayout<Int>.stride, as: Int.self) }
+  }
+
+  /// Records that entry `i` starts at `offset`, if it is the next unknown one.
+  @inline(__always) private func remember(_ i: Int, _ offset: Int) {
+    guard i == known, i < Self.rememberedStarts else { return }
+    withUnsafeMutableBytes(of: &starts) {
+      $0.storeBytes(of: offset, toByteOffset: i * MemoryLayout<Int>.stride, as: Int.self)
+    }
+    known += 1
+  }
+
+  /// The value offset of the entry at `offset` if it is named `name` and
+  /// its name length is one byte; nil means "ask the careful path".
+  @inline(__always)
+  private func quickMatch(at offset: Int, named name: UnsafeBufferPointer<UInt8>) -> Int? {
+    let b = decoder.bytes
+    guard offset < b.count else { return nil }
+    let n = Int(b[offset])
+    guard n == name.count, n < 0x80, offset + 1 + n <= b.count else { return nil }
+    guard n == 0 || memcmp(b.baseAddress! + offset + 1, name.baseAddress!, n) == 0 else { return nil }
+    return offset + 1 + n
+  }
+
+  /// The offset past a scalar value at `offset` (one-byte-length strings,
+  /// varints, fixed widths); nil for anything else, or anything out of bounds.
+  @inline(__always)
+  private func quickSkip(at offset: Int) -> Int? {
+    let b = decoder.bytes
+    guard offset < b.count else { return nil }
+    var o = offset + 1
+    let end: Int
+    switch b[offset] {
+    case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
+    case RecordTag.int.rawValue, RecordTag.uint.rawValue:
+      while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
+      end = o + 1
+    case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
+    case RecordTag.float.rawValue: end = o + 4
+    case RecordTag.uuid.rawValue: end = o + 16
+    case RecordTag.string.rawValue, RecordTag.data.rawValue:
+      guard o < b.count, b[o] < 0x80 else { return nil }
+      end = o + 1 + Int(b[o])
+    default: return nil
+    }
+    return end <= b.count ? end : nil
   }
 
   func contains(_ key: Key) -> Bool { ((try? find(key)) ?? nil) != nil }
@@ -340,6 +415,61 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     } catch let e as DecodingError {
       throw withKey(e, key)
     }
+  }
+
+  // The primitives the synthesized init(from:) asks for most, without the
+  // generic path's metatype checks (a tenth of decoding time).
+  @inline(__always)
+  private func primitive<T>(_ key: Key, _ read: (Int) throws -> T) throws -> T {
+    let offset = try value(key)
+    do {
+      if try decoder.tag(at: offset, codingPath) == RecordTag.null.rawValue {
+        throw DecodingError.valueNotFound(
+          T.self, DecodingError.Context(codingPath: codingPath + [key], debugDescription: "field is null"))
+      }
+      return try read(offset)
+    } catch let e as DecodingError {
+      throw withKey(e, key)
+    }
+  }
+
+  @inline(__always)
+  private func primitiveIfPresent<T>(_ key: Key, _ read: (Int) throws -> T) throws -> T? {
+    guard let offset = try find(key) else { return nil }
+    do {
+      if try decoder.tag(at: offset, codingPath) == RecordTag.null.rawValue { return nil }
+      return try read(offset)
+    } catch let e as DecodingError {
+      throw withKey(e, key)
+    }
+  }
+
+  func decode(_ type: String.Type, forKey key: Key) throws -> String {
+    try primitive(key) { try decoder.string(at: $0, codingPath) }
+  }
+  func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
+    try primitive(key) { try decoder.integer(Int.self, at: $0, codingPath) }
+  }
+  func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool {
+    try primitive(key) { try decoder.bool(at: $0, codingPath) }
+  }
+  func decode(_ type: Double.Type, forKey key: Key) throws -> Double {
+    try primitive(key) { try decoder.double(at: $0, codingPath) }
+  }
+  func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
+    try primitive(key) { try decoder.integer(Int64.self, at: $0, codingPath) }
+  }
+  func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? {
+    try primitiveIfPresent(key) { try decoder.string(at: $0, codingPath) }
+  }
+  func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? {
+    try primitiveIfPresent(key) { try decoder.integer(Int.self, at: $0, codingPath) }
+  }
+  func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? {
+    try primitiveIfPresent(key) { try decoder.bool(at: $0, codingPath) }
+  }
+  func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? {
+    try primitiveIfPresent(key) { try decoder.double(at: $0, codingPath) }
   }
 
   func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {

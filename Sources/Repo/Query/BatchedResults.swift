@@ -43,12 +43,13 @@ where Model.ID: Codable & Hashable & Sendable {
     let plan = Planner.plan(d, space: access.space, built: built, count: access.counter(snapshot))
     let offset = Swift.max(0, d.fetchOffset ?? 0)
     let limit = d.fetchLimit.map { Swift.max(0, $0) } ?? Int.max
+    let matches = CompiledPredicate(d.predicate, exact: plan.exact)
     var keys: [[UInt8]] = []
     if plan.ordered || d.sortBy.isEmpty {
       var skipped = 0
       try access.scan(plan, snapshot) { key, bytes, _ in
         let m = try access.decode(bytes, key: key)
-        guard try access.matches(m, d.predicate) else { return true }
+        guard try matches(m) else { return true }
         if skipped < offset {
           skipped += 1
           return true
@@ -60,7 +61,7 @@ where Model.ID: Codable & Hashable & Sendable {
       var matched: [(Model, [UInt8])] = []
       try access.scan(plan, snapshot) { key, bytes, _ in
         let m = try access.decode(bytes, key: key)
-        if try access.matches(m, d.predicate) { matched.append((m, key)) }
+        if try matches(m) { matched.append((m, key)) }
         return true
       }
       let comparator = SortComparator(d.sortBy)

@@ -173,6 +173,16 @@ enum Planner {
   /// way it yields `model.id`, the value records are keyed by.
   static func isID<M: Identifiable>(_ keyPath: AnyKeyPath, _: M.Type) -> Bool {
     if keyPath == (\M.id as AnyKeyPath) { return true }
+    // Describing a key path costs microseconds; each is worked out once.
+    if let known = idPaths.lookup(keyPath) { return known }
+    let answer = describesID(keyPath, M.self)
+    idPaths.store(keyPath, answer)
+    return answer
+  }
+
+  private static let idPaths = KeyPathFacts()
+
+  private static func describesID<M: Identifiable>(_ keyPath: AnyKeyPath, _: M.Type) -> Bool {
     guard type(of: keyPath).rootType == M.self, type(of: keyPath).valueType == M.ID.self else { return false }
     let text = String(describing: keyPath)
     return text.hasSuffix(".id") && text.filter { $0 == "." }.count == 1
@@ -216,4 +226,23 @@ enum Planner {
   }
 
   static func name(_ keyPath: AnyKeyPath) -> String { Index<Any>.componentName(keyPath) }
+}
+
+/// A fact per key path, remembered across queries and threads.
+private final class KeyPathFacts: @unchecked Sendable {
+  // Safe: every access holds `lock`.
+  private let lock = NSLock()
+  private var facts: [AnyKeyPath: Bool] = [:]
+
+  func lookup(_ keyPath: AnyKeyPath) -> Bool? {
+    lock.lock()
+    defer { lock.unlock() }
+    return facts[keyPath]
+  }
+
+  func store(_ keyPath: AnyKeyPath, _ fact: Bool) {
+    lock.lock()
+    defer { lock.unlock() }
+    facts[keyPath] = fact
+  }
 }
