@@ -15,7 +15,9 @@ let package = Package(
     .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", providers: [.apt(["liblmdb-dev"])]),
     .executableTarget(
       name: "cairn-bench",
-      dependencies: [.product(name: "Engine", package: "Cairn"), "CSQLite", "CLMDB"]
+      dependencies: [
+        .product(name: "Engine", package: "Cairn"), .product(name: "Repo", package: "Cairn"), "CSQLite", "CLMDB",
+      ]
     ),
   ],
   swiftLanguageModes: [.v6]

@@ -57,7 +57,7 @@ func aggregate(_ ms: [Measurement]) -> [Row] {
       }
       row.ops[system] = mine[mine.count / 2].ops
       let mem = mine.compactMap(\.peakMemory)
-      if !mem.isEmpty { row.memory[system] = UInt64(median(mem.map(Double.init))) }
+      if !mem.isEmpty { row.memory[system] = UInt64(median(mem.map { Double($0) })) }
       if let note = mine.compactMap(\.note).first { row.notes[system] = note }
     }
     return row

@@ -25,7 +25,9 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
   // Batch delete.
   let deletes = rows.filter { $0.workload == "5" && $0.row.hasPrefix("delete ") }
   if let big = deletes.last {
-    check("batch delete of the largest range (\(big.row)): ≥1,000× SQLite's DELETE", big.ratio("sqlite"), { $0 >= 1000 }, formatRatio)
+    check(
+      "batch delete of the largest range (\(big.row)): ≥1,000× SQLite's DELETE", big.ratio("sqlite"), { $0 >= 1000 },
+      formatRatio)
     check("… ≥100× LMDB's cursor loop", big.ratio("lmdb"), { $0 >= 100 }, formatRatio)
     check("… ≥1,000× Cairn's own per-key loop", big.ratio("cairn-perkey"), { $0 >= 1000 }, formatRatio)
   }
@@ -34,10 +36,12 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
   }
   if let before = row("5", "reads before the deletes")?.medians["cairn"] {
     check(
-      "reads right after the deletes within 1.1× of before", row("5", "reads after the deletes")?.medians["cairn"].map { $0 / before },
+      "reads right after the deletes within 1.1× of before",
+      row("5", "reads after the deletes")?.medians["cairn"].map { $0 / before },
       { $0 <= 1.1 }, formatRatio)
     check(
-      "… with a snapshot from before still open", row("5", "reads after, old snapshot open")?.medians["cairn"].map { $0 / before },
+      "… with a snapshot from before still open",
+      row("5", "reads after, old snapshot open")?.medians["cairn"].map { $0 / before },
       { $0 <= 1.1 }, formatRatio)
   }
 
@@ -54,11 +58,16 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
   }
 
   // Scans and batched reads.
-  if let full = rowPrefix("4", "full scan") { check("\(full.row): faster than SQLite", full.ratio("sqlite"), { $0 > 1 }, formatRatio) }
+  if let full = rowPrefix("4", "full scan") {
+    check("\(full.row): faster than SQLite", full.ratio("sqlite"), { $0 > 1 }, formatRatio)
+  }
   if let batched = rowPrefix("7", "batched read") {
     check("\(batched.row): faster than SQLite", batched.ratio("sqlite"), { $0 > 1 }, formatRatio)
     if let memory = batched.memory["cairn"] {
-      out.append(TargetResult(target: "batched read: peak memory (flat in N; compare runs at several scales)", measured: formatBytes(Double(memory)), met: nil))
+      out.append(
+        TargetResult(
+          target: "batched read: peak memory (flat in N; compare runs at several scales)",
+          measured: formatBytes(Double(memory)), met: nil))
     }
   }
   if let first = rowPrefix("7", "time to first batch") {
@@ -72,15 +81,31 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
     // Per-operation time: the disk row and the commit row have their own counts.
     let diskPerOp = disk / Double(rows.first { $0.workload == "10" }?.ops["disk"] ?? 1)
     let cairnPerOp = cairn / Double(single.ops["cairn"] ?? 1)
-    check("durable single-put commits: ≥0.8× the bare write+fsync rate", diskPerOp / cairnPerOp, { $0 >= 0.8 }, formatRatio)
+    check(
+      "durable single-put commits: ≥0.8× the bare write+fsync rate", diskPerOp / cairnPerOp, { $0 >= 0.8 }, formatRatio)
     if let four = row("2", "4 writers")?.medians["cairn"] {
       check("4 writers commit more per second than 1", cairn / four, { $0 > 1 }, formatRatio)
     }
   }
 
   // File size.
-  if let text = row("9", "text values") { check("size after load, half-compressible values: ≤0.7× SQLite", text.ratio("sqlite").map { 1 / $0 }, { $0 <= 0.7 }, formatRatio) }
-  if let random = row("9", "random values") { check("size after load, random values: ≤1.1× SQLite", random.ratio("sqlite").map { 1 / $0 }, { $0 <= 1.1 }, formatRatio) }
+  if let text = row("9", "text values") {
+    check(
+      "size after load, half-compressible values: ≤0.7× SQLite", text.ratio("sqlite").map { 1 / $0 }, { $0 <= 0.7 },
+      formatRatio)
+  }
+  if let random = row("9", "random values") {
+    check(
+      "size after load, random values: ≤1.1× SQLite", random.ratio("sqlite").map { 1 / $0 }, { $0 <= 1.1 }, formatRatio)
+  }
+
+  // The typed repository (issue 6): the record encoding against JSON.
+  if let encode = rowPrefix("12", "encode") {
+    check("record encoding: ≥5× JSONEncoder", encode.ratio("json"), { $0 >= 5 }, formatRatio)
+  }
+  if let decode = rowPrefix("12", "decode") {
+    check("record decoding: ≥5× JSONDecoder", decode.ratio("json"), { $0 >= 5 }, formatRatio)
+  }
   return out
 }
 

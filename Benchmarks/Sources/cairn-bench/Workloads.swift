@@ -76,6 +76,8 @@ enum Workloads {
     ("8", "mvcc", "Reads per second of one reader while one writer commits continuously"),
     ("9", "size", "File size after load, after deleting every other key, after compaction"),
     ("10", "disk", "Bare limit: write+fdatasync of 100-byte appends"),
+    ("11", "models", "Typed repository: 100,000 models, Cairn's Repo against SQLite with hand-written row mapping"),
+    ("12", "codec", "Record encoding against Foundation's JSONEncoder/JSONDecoder, 100,000 models one at a time"),
   ]
 
   /// The systems each workload runs on.
@@ -83,6 +85,8 @@ enum Workloads {
     switch id {
     case "5": chosen.flatMap { $0 == "cairn" ? ["cairn", "cairn-perkey"] : [$0] }
     case "10": ["disk"]
+    case "11": chosen.filter { $0 == "cairn" || $0 == "sqlite" }
+    case "12": chosen.contains("cairn") ? ["cairn", "json"] : []
     default: chosen
     }
   }
@@ -345,6 +349,10 @@ enum Workloads {
       }
       close(fd)
       add("\(label(count)) write+fdatasync of 100 B", .time, seconds: t, ops: count)
+
+    case "11", "12":
+      let body = id == "11" ? ModelWorkloads.run : ModelWorkloads.codec
+      try body(name, c) { row, seconds, ops, note in add(row, .time, seconds: seconds, ops: ops, note: note) }
 
     default:
       throw BenchError("unknown workload \(id)")
