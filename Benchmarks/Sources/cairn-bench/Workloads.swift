@@ -86,7 +86,8 @@ enum Workloads {
     case "5": chosen.flatMap { $0 == "cairn" ? ["cairn", "cairn-perkey"] : [$0] }
     case "10": ["disk"]
     case "11": chosen.filter { $0 == "cairn" || $0 == "sqlite" }
-    case "12": chosen.contains("cairn") ? ["cairn", "json"] : []
+    // One child measures both coders, alternating (see ModelWorkloads.codec).
+    case "12": chosen.contains("cairn") ? ["cairn"] : []
     default: chosen
     }
   }
@@ -350,9 +351,15 @@ enum Workloads {
       close(fd)
       add("\(label(count)) write+fdatasync of 100 B", .time, seconds: t, ops: count)
 
-    case "11", "12":
-      let body = id == "11" ? ModelWorkloads.run : ModelWorkloads.codec
-      try body(name, c) { row, seconds, ops, note in add(row, .time, seconds: seconds, ops: ops, note: note) }
+    case "11":
+      try ModelWorkloads.run(system: name, config: c) { row, seconds, ops, note in
+        add(row, .time, seconds: seconds, ops: ops, note: note)
+      }
+
+    case "12":
+      try ModelWorkloads.codec(config: c) { row, system, seconds, ops, note in
+        add(row, .time, seconds: seconds, ops: ops, note: note, system: system)
+      }
 
     default:
       throw BenchError("unknown workload \(id)")
