@@ -45,9 +45,10 @@ extension Database {
   }
 
   /// Commits a large transaction by checkpointing it. Called with the gate held.
-  func commitByCheckpoint(_ trees: [String: TreeRoot], _ sequence: CommitSequence) throws {
+  func commitByCheckpoint(_ trees: [String: TreeRoot], _ sequence: CommitSequence, changes: WriteSet?) throws {
     let written = syncLock.withLock { walWritten }
     try waitDurable(through: written)
+    let before = current
     committedTrees = trees
     lastSequence = sequence
     do {
@@ -56,6 +57,7 @@ extension Database {
       throw setPoison(error)
     }
     counters.commits.add(1)
+    if subscribers.count > 0 { deliver(CollectionOfOne((current, changes)), after: before) }
   }
 
   private func writeCheckpoint() throws {

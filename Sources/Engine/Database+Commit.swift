@@ -34,7 +34,7 @@ extension Database {
 
     guard let log = tx.log, let wal else {
       // Too big for one WAL record: checkpoint it straight into the data file.
-      try commitByCheckpoint(tx.trees, sequence)
+      try commitByCheckpoint(tx.trees, sequence, changes: tx.changes)
       return
     }
 
@@ -55,7 +55,7 @@ extension Database {
     let version = Version(sequence: sequence, trees: tx.trees, store: store, checkpoint: lastCheckpoint)
     syncLock.withLock {
       walWritten = end
-      pendingVersions.append((end, version))
+      pendingVersions.append((end, version, tx.changes))
       if case .normal = options.durability {
         publishLocked(through: end)
         scheduleFlushLocked()
@@ -115,16 +115,17 @@ extension Database {
     }
   }
 
-  /// Publishes the newest queued version whose record ends at or before `end`.
+  /// Publishes the newest queued version whose record ends at or before
+  /// `end`, then hands every one of them to the subscribers, in order.
   func publishLocked(through end: UInt64) {
-    var newest: Version?
     var n = 0
-    while n < pendingVersions.count && pendingVersions[n].end <= end {
-      newest = pendingVersions[n].version
-      n += 1
-    }
-    if n > 0 { pendingVersions.removeFirst(n) }
-    if let newest { publish(newest) }
+    while n < pendingVersions.count && pendingVersions[n].end <= end { n += 1 }
+    guard n > 0 else { return }
+    let published = pendingVersions[..<n]
+    let before = current
+    publish(published[published.endIndex - 1].version)
+    if subscribers.count > 0 { deliver(published.lazy.map { ($0.version, $0.changes) }, after: before) }
+    pendingVersions.removeFirst(n)
   }
 
   /// In ``Durability/normal`` mode, arranges an fsync within the sync interval.

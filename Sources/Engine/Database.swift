@@ -61,8 +61,11 @@ public final class Database: @unchecked Sendable {
   var walDurable: UInt64 = 0
   var syncing = false
   var flushScheduled = false
-  var pendingVersions: [(end: UInt64, version: Version)] = []
+  var pendingVersions: [(end: UInt64, version: Version, changes: WriteSet?)] = []
   var poison: EngineError?
+
+  /// Change subscriptions (``subscribe(bufferLimit:)``).
+  let subscribers = Subscribers()
 
   init(
     path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], store: NodeStore, recovered: Recovered
@@ -129,6 +132,7 @@ public final class Database: @unchecked Sendable {
     }
     versionLock.withLock { _closed = true }
     closedFlag.store(true, ordering: .releasing)
+    subscribers.finishAll()
     syncLock.withLock { flushScheduled = false }
     wal?.file.close()
     store.file.close()
@@ -176,6 +180,16 @@ public final class Database: @unchecked Sendable {
   /// - Throws: ``EngineError/Code/readOnly``, ``EngineError/Code/closed``, or
   ///   ``EngineError/Code/poisoned`` after a failed write or fsync.
   public func beginWrite() throws -> WriteTransaction {
+    try beginWrite(trackingChanges: false)
+  }
+
+  /// Begins a write transaction that records what it changes
+  /// (``WriteTransaction/changes``) even when nothing is subscribed.
+  ///
+  /// Transactions track their changes by themselves while any
+  /// ``subscribe(bufferLimit:)`` stream is live; with none, and without
+  /// this, they record nothing.
+  public func beginWrite(trackingChanges: Bool) throws -> WriteTransaction {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
     gate.acquire()
     do {
@@ -185,16 +199,19 @@ public final class Database: @unchecked Sendable {
       throw error
     }
     generation += 1
-    return WriteTransaction(database: self, trees: committedTrees, owner: generation, logging: true)
+    let tx = WriteTransaction(database: self, trees: committedTrees, owner: generation, logging: true)
+    if trackingChanges || subscribers.count > 0 { tx.trackChanges() }
+    return tx
   }
 
   /// Runs `body` in a write transaction and commits it. If `body` throws,
   /// every change it made is rolled back and the error is rethrown.
   ///
   /// Returns once the commit is durable, in ``Durability/full`` mode.
+  /// `trackingChanges`: as in ``beginWrite(trackingChanges:)``.
   @discardableResult
-  public func write<T>(_ body: (WriteTransaction) throws -> T) throws -> T {
-    let tx = try beginWrite()
+  public func write<T>(trackingChanges: Bool = false, _ body: (WriteTransaction) throws -> T) throws -> T {
+    let tx = try beginWrite(trackingChanges: trackingChanges)
     do {
       let result = try body(tx)
       try tx.commit()
@@ -234,6 +251,61 @@ public final class Database: @unchecked Sendable {
     defer { gate.release() }
     try checkWritable()
     try checkpointHoldingGate()
+  }
+
+  // MARK: Changes
+
+  /// Subscribes to commits: every commit that finishes after this call
+  /// returns is delivered to the stream once, in commit order, with what it
+  /// changed (``WriteSet``) and the store before and after it.
+  ///
+  /// Delivery never blocks the writer. A subscriber with more than
+  /// `bufferLimit` events waiting gets later commits folded into its newest
+  /// waiting event (see ``CommitEvent``) rather than a longer queue.
+  ///
+  /// While any subscription is live, every write transaction records its
+  /// changes: one dictionary entry per key written. With none, writes
+  /// record nothing.
+  ///
+  /// - Throws: ``EngineError/Code/closed``; ``EngineError/Code/invalidArgument``
+  ///   if `bufferLimit` is below 1.
+  public func subscribe(bufferLimit: Int = 256) throws -> CommitStream {
+    guard bufferLimit >= 1 else {
+      throw EngineError(.invalidArgument, "bufferLimit is \(bufferLimit); it must be at least 1")
+    }
+    let queue = SubscriberQueue(limit: bufferLimit)
+    let subs = subscribers
+    queue.setOnFinish { [weak queue] in if let queue { subs.remove(queue) } }
+    // Register before taking the start snapshot: every commit published
+    // after the snapshot is then delivered, and the queue drops the ones
+    // delivered in between that the snapshot already shows.
+    subscribers.add(queue)
+    let start: Snapshot
+    do {
+      start = try snapshot()
+    } catch {
+      queue.finish()
+      throw error
+    }
+    queue.begin(after: start.sequence)
+    return CommitStream(queue: queue, start: start)
+  }
+
+  /// How many ``subscribe(bufferLimit:)`` streams are live.
+  public var subscriberCount: Int { subscribers.count }
+
+  /// Hands published commits to the subscribers, in order. `before` is the
+  /// version the first of them followed.
+  func deliver(_ published: some Sequence<(version: Version, changes: WriteSet?)>, after before: Version) {
+    var before = before
+    for (version, changes) in published {
+      subscribers.deliver(
+        CommitEvent(
+          firstSequence: version.sequence, sequence: version.sequence, commits: 1,
+          changes: changes ?? WriteSet(isComplete: false), before: Snapshot(database: self, version: before),
+          after: Snapshot(database: self, version: version)))
+      before = version
+    }
   }
 
   // MARK: Information

@@ -26,10 +26,20 @@ public final class WriteTransaction: KeyValueReader {
   let logging: Bool
   private(set) var changed = false
   private(set) var state: State = .open
+  /// The trees as the transaction began, for telling what a key was
+  /// before a range delete of this transaction hid it.
+  private let baseTrees: [String: TreeRoot]
+  /// What the transaction changed so far; nil when not tracking.
+  public private(set) var changes: WriteSet?
+
+  /// The sequence this transaction's commit gets, if it changes anything.
+  public let sequence: CommitSequence
 
   init(database: Database, trees: [String: TreeRoot], owner: UInt64, logging: Bool) {
     self.database = database
     self.trees = trees
+    self.baseTrees = trees
+    self.sequence = database.lastSequence.next
     self.owner = owner
     self.logging = logging
     self.log = logging ? WALRecordBuilder() : nil
@@ -88,6 +98,24 @@ public final class WriteTransaction: KeyValueReader {
     if log!.size > database.largeTransactionBytes { log = nil }
   }
 
+  /// Starts recording changes (``changes``). Called before any write.
+  func trackChanges() {
+    if changes == nil { changes = WriteSet() }
+  }
+
+  private func noteCreated(_ keyspace: String) {
+    if !(changes!.keyspaces[keyspace]?.dropped ?? false) {
+      changes!.keyspaces[keyspace, default: KeyspaceChanges()].created = true
+    }
+  }
+
+  /// Whether `key` was in `keyspace` when the transaction began; nil if
+  /// reading it failed.
+  private func existedAtStart(_ key: [UInt8], in keyspace: String) -> Bool? {
+    guard let tree = baseTrees[keyspace] else { return false }
+    do { return try tree.get(key, context) != nil } catch { return nil }
+  }
+
   private func checkKeyspaceLimit(_ name: String) throws {
     // The count first: the lookup is needed only near the limit.
     if trees.count >= Limits.maxKeyspaces && trees[name] == nil {
@@ -109,8 +137,14 @@ public final class WriteTransaction: KeyValueReader {
     try Validate.keyspace(keyspace)
     try checkKeyspaceLimit(keyspace)
     let ctx = context
-    try mutate { try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx) }
+    if changes != nil && trees[keyspace] == nil { noteCreated(keyspace) }
+    let inserted = try mutate { try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx) }
     if logging { record(.put(keyspace: keyspace, key: key, value: value)) }
+    if changes != nil {
+      changes!.keyspaces[keyspace, default: KeyspaceChanges()].put(key, inserted: inserted) {
+        existedAtStart(key, in: keyspace)
+      }
+    }
   }
 
   /// Removes `key` from `keyspace`. Returns whether it was present.
@@ -122,6 +156,7 @@ public final class WriteTransaction: KeyValueReader {
     let ctx = context
     let found = try mutate({ try trees[keyspace]!.delete(key, ctx) }, changedIf: { $0 })
     if found && logging { record(.delete(keyspace: keyspace, key: key)) }
+    if found && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].delete(key) }
     return found
   }
 
@@ -144,6 +179,7 @@ public final class WriteTransaction: KeyValueReader {
     let removed = try mutate(
       { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }, changedIf: { $0 > 0 })
     if removed > 0 && logging { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
+    if removed > 0 && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].deleteRange(range) }
     return removed
   }
 
@@ -155,6 +191,7 @@ public final class WriteTransaction: KeyValueReader {
     try checkKeyspaceLimit(name)
     mutateUnchecked { trees[name] = .empty }
     if logging { record(.createKeyspace(name)) }
+    if changes != nil { noteCreated(name) }
   }
 
   /// Removes a keyspace and all its keys. Returns whether it existed.
@@ -164,6 +201,7 @@ public final class WriteTransaction: KeyValueReader {
     guard trees[name] != nil else { return false }
     mutateUnchecked { trees[name] = nil }
     if logging { record(.dropKeyspace(name)) }
+    if changes != nil { changes!.keyspaces[name, default: KeyspaceChanges()].drop() }
     return true
   }
 
