@@ -15,14 +15,16 @@ deps:
 bench-deps:
 	@scripts/ensure-packages.sh $(BENCH_PACKAGES)
 
-## demo: build and run the README quick start and models example against
-## fresh stores.
+## demo: build and run the README quick start, models and observing
+## examples against fresh stores.
 demo: deps
 	$(SWIFT) build -c release --product cairn-demo
 	$(SWIFT) build -c release --product cairn-models-demo
-	rm -rf /tmp/cairn-demo /tmp/cairn-models-demo
+	$(SWIFT) build -c release --product cairn-observe-demo
+	rm -rf /tmp/cairn-demo /tmp/cairn-models-demo /tmp/cairn-observe-demo
 	.build/release/cairn-demo /tmp/cairn-demo
 	.build/release/cairn-models-demo /tmp/cairn-models-demo
+	.build/release/cairn-observe-demo /tmp/cairn-observe-demo
 
 ## test: the whole suite, then the benchmark harness end to end at 1/100
 ## size (no timing is asserted; it proves the harness works). The suite is

@@ -133,7 +133,7 @@ struct ModelSpace<M>: @unchecked Sendable {
 
   init(_ type: M.Type, counters: RepoCounters = RepoCounters()) throws {
     self.counters = counters
-    let name = (M.self as? any IndexedModel.Type)?.storedName ?? String(describing: M.self)
+    let name = Self.storedName(of: M.self)
     self.name = name
     records = name
     meta = name + "#meta"
@@ -149,6 +149,11 @@ struct ModelSpace<M>: @unchecked Sendable {
     indexes = resolved
     guard (name + "#index:").utf8.count + (declared.map(\.name.utf8.count).max() ?? 0) <= Limits.maxKeyspaceNameSize
     else { throw RepoError(.invalidIndex, "model or index name too long for a keyspace name", model: name) }
+  }
+
+  /// The name a model type's records are stored under.
+  static func storedName(of type: M.Type) -> String {
+    (M.self as? any IndexedModel.Type)?.storedName ?? String(describing: M.self)
   }
 
   /// `M.indexes` if M is an IndexedModel.

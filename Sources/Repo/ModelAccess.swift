@@ -55,19 +55,7 @@ where M.ID: Codable & Hashable & Sendable {
     }
   }
 
-  /// A record key, readably: the id as text when it was a string or number.
-  static func describeKey(_ key: [UInt8]) -> String {
-    if key.count == 9, key[0] == 1 {
-      let v = key[1...].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-      return String(Int64(bitPattern: v ^ (1 << 63)))
-    }
-    if key.count >= 3, key[0] == 1, key.suffix(2) == [0, 0],
-      let s = String(validating: key.dropFirst().dropLast(2), as: UTF8.self)
-    {
-      return s
-    }
-    return key.map { String(format: "%02x", $0) }.joined()
-  }
+  static func describeKey(_ key: [UInt8]) -> String { describeRecordKey(key) }
 
   /// The key of `model` in index `i`'s keyspace.
   func indexKey(_ i: ModelSpace<M>.ResolvedIndex<M>, _ model: M, id: [UInt8]) throws -> [UInt8] {
@@ -395,4 +383,18 @@ where M.ID: Codable & Hashable & Sendable {
     }
     return selected.count
   }
+}
+
+/// A record key, readably: the id as text when it was a string or number.
+func describeRecordKey(_ key: [UInt8]) -> String {
+  if key.count == 9, key[0] == 1 {
+    let v = key[1...].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+    return String(Int64(bitPattern: v ^ (1 << 63)))
+  }
+  if key.count >= 3, key[0] == 1, key.suffix(2) == [0, 0],
+    let s = String(validating: key.dropFirst().dropLast(2), as: UTF8.self)
+  {
+    return s
+  }
+  return key.map { String(format: "%02x", $0) }.joined()
 }

@@ -23,6 +23,10 @@ public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
     case unsupportedKey
     /// An index declaration is not usable (no key paths, duplicate names).
     case invalidIndex
+    /// `history(since:)` was asked for changes that were pruned or never
+    /// recorded: refetch what you keep, then follow the history from the
+    /// current token.
+    case historyExpired
   }
 
   /// What kind of failure this is.

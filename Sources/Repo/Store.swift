@@ -26,21 +26,28 @@ public final class Store: Sendable {
   private let writeQueue = DispatchQueue(label: "cairn.store.write")
   let spaces: SpaceCache
   let counters = RepoCounters()
+  /// Persistent history, when recorded.
+  public let history: HistoryOptions?
 
-  /// Opens (or creates) the store in the folder at `path`.
-  public static func open(at path: String, options: Options = Options()) throws -> Store {
-    Store(database: try Database.open(at: path, options: options))
+  /// Opens (or creates) the store in the folder at `path`. With `history`,
+  /// every commit made through the store is recorded for
+  /// ``history(since:limit:)``.
+  public static func open(at path: String, options: Options = Options(), history: HistoryOptions? = nil) throws
+    -> Store
+  {
+    Store(database: try Database.open(at: path, options: options), history: history)
   }
 
   /// A store in memory, with the same engine and API: what app tests use
   /// instead of hand-written mocks.
-  public static func inMemory() throws -> Store {
-    Store(database: try Database.inMemory())
+  public static func inMemory(history: HistoryOptions? = nil) throws -> Store {
+    Store(database: try Database.inMemory(), history: history)
   }
 
   /// Wraps an open database.
-  public init(database: Database) {
+  public init(database: Database, history: HistoryOptions? = nil) {
     self.database = database
+    self.history = history
     spaces = SpaceCache(counters: counters)
   }
 
@@ -80,7 +87,53 @@ public final class Store: Sendable {
   /// ``write(_:)`` without `async`: blocks the calling thread until committed.
   @discardableResult
   public func writeNow<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
-    try database.write { tx in try body(StoreTransaction(store: self, transaction: tx)) }
+    try database.write(trackingChanges: history != nil) { tx in
+      let result = try body(StoreTransaction(store: self, transaction: tx))
+      if let history { try HistoryLog.record(tx, history) }
+      return result
+    }
+  }
+
+  // MARK: Changes
+
+  /// The commits that change model records from now on, as they finish:
+  /// one ``StoreChange`` per commit, in commit order.
+  ///
+  /// A range delete (`deleteAll`, a batch delete over an id or index range)
+  /// is reported as such; with `includeRangeIDs` the ids it removed are
+  /// listed too, read from the snapshot before the commit (O(records
+  /// deleted)). A subscriber more than `bufferLimit` commits behind gets
+  /// them folded into one change; see ``StoreChanges``.
+  public func changes(includeRangeIDs: Bool = false, bufferLimit: Int = 256) throws -> StoreChanges {
+    StoreChanges(stream: try database.subscribe(bufferLimit: bufferLimit), includeRangeIDs: includeRangeIDs)
+  }
+
+  /// Live change subscriptions: ``changes(includeRangeIDs:bufferLimit:)``
+  /// streams and ``Repository/observe(_:)`` observations not yet ended.
+  public var liveSubscriptions: Int { database.subscriberCount }
+
+  /// The token of the last commit.
+  public var currentToken: ChangeToken { ChangeToken(database.lastCommittedSequence) }
+
+  /// What every commit after `since` changed, oldest first (at most `limit`
+  /// of them), from the persistent history — across restarts.
+  ///
+  /// - Throws: `RepoError.historyExpired` when commits after `since` are no
+  ///   longer (or were never) recorded: pruned, or made while history was
+  ///   off. Refetch what you keep and continue from ``currentToken``.
+  public func history(since: ChangeToken, limit: Int? = nil) throws -> [StoreChange] {
+    try HistoryLog.read(since: since, limit: limit, try database.snapshot())
+  }
+
+  /// Deletes the history up to and including `token`; asking for history
+  /// since an earlier token then fails with `RepoError.historyExpired`.
+  public func pruneHistory(through token: ChangeToken) async throws {
+    try await write { tx in try HistoryLog.prune(through: token.rawValue, tx.transaction) }
+  }
+
+  /// Deletes the history recorded before `date`.
+  public func pruneHistory(before date: Date) async throws {
+    try await write { tx in try HistoryLog.prune(before: date, tx.transaction) }
   }
 
   /// Runs `body` against a snapshot of the last commit.

@@ -2,7 +2,9 @@ import Foundation
 import Testing
 
 /// The README's examples must be exactly the code `make demo` compiles and runs.
-@Test(arguments: [("quickstart", "cairn-demo"), ("models", "cairn-models-demo")])
+@Test(arguments: [
+  ("quickstart", "cairn-demo"), ("models", "cairn-models-demo"), ("observe", "cairn-observe-demo"),
+])
 func readmeExampleIsTheDemo(marker: String, target: String) throws {
   let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()

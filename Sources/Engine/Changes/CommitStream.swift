@@ -6,31 +6,32 @@ import Synchronization
 /// When a subscriber falls behind (more than its buffer limit of events
 /// waiting), the newest waiting event absorbs the next commits: one event
 /// then covers ``firstSequence`` through ``sequence``, with their changes
-/// folded together (``WriteSet/followed(by:base:)``). Nothing is lost: a
+/// folded together. Nothing is lost: a
 /// coalesced event reports every key the commits changed, or, past
 /// ``WriteSet/keyLimit`` keys, that the keyspace changed.
 public struct CommitEvent: Sendable {
   /// The first commit this event covers.
   public let firstSequence: CommitSequence
   /// The last commit this event covers.
-  public let sequence: CommitSequence
+  public internal(set) var sequence: CommitSequence
   /// How many commits it covers: 1 unless coalesced.
-  public let commits: Int
+  public internal(set) var commits: Int
   /// What the commits changed.
-  public let changes: WriteSet
+  public internal(set) var changes: WriteSet
   /// The store just before ``firstSequence``.
   public let before: Snapshot
   /// The store just after ``sequence``.
-  public let after: Snapshot
+  public internal(set) var after: Snapshot
 
   /// Whether this event covers more than one commit.
   public var isCoalesced: Bool { commits > 1 }
 
-  /// This event followed by `next`, as one.
-  func followed(by next: CommitEvent) -> CommitEvent {
-    CommitEvent(
-      firstSequence: firstSequence, sequence: next.sequence, commits: commits + next.commits,
-      changes: changes.followed(by: next.changes, base: before.version), before: before, after: next.after)
+  /// Folds `next`, the event after this one, into this one.
+  mutating func fold(_ next: CommitEvent) {
+    sequence = next.sequence
+    commits += next.commits
+    changes.fold(next.changes, base: before.version)
+    after = next.after
   }
 }
 
@@ -57,7 +58,13 @@ public final class CommitStream: AsyncSequence, Sendable {
   deinit { queue.finish() }
 
   /// The next event; nil once the stream has ended. Waits for a commit.
-  public func next() async -> CommitEvent? { await queue.next() }
+  public func next() async -> CommitEvent? { await queue.next(folding: false) }
+
+  /// Every event waiting, folded into one (or the next one, waiting for
+  /// it); nil once the stream has ended. For a consumer that only needs
+  /// the latest state, such as a query observer: the further behind it
+  /// falls, the more commits each call covers, so it catches up.
+  public func nextFolded() async -> CommitEvent? { await queue.next(folding: true) }
 
   /// The next event if one is waiting, without waiting.
   public func poll() -> CommitEvent? { queue.poll() }
@@ -120,8 +127,10 @@ final class SubscriberQueue: @unchecked Sendable {
       w.resume(returning: event)
       return
     }
-    if events.count - head >= limit, startSequence != nil, let last = events.last {
-      events[events.count - 1] = last.followed(by: event)
+    if events.count - head >= limit, startSequence != nil, var last = events.popLast() {
+      // Taken out of the array, so folding changes it in place, not a copy.
+      last.fold(event)
+      events.append(last)
     } else {
       events.append(event)
     }
@@ -132,7 +141,14 @@ final class SubscriberQueue: @unchecked Sendable {
     lock.withLock { takeLocked() }
   }
 
-  private func takeLocked() -> CommitEvent? {
+  private func takeLocked(folding: Bool = false) -> CommitEvent? {
+    if folding && events.count - head > 1 {
+      var e = events[head]
+      for later in events[(head + 1)...] { e.fold(later) }
+      events.removeAll(keepingCapacity: true)
+      head = 0
+      return e
+    }
     guard head < events.count else { return nil }
     let e = events[head]
     head += 1
@@ -146,11 +162,11 @@ final class SubscriberQueue: @unchecked Sendable {
     return e
   }
 
-  func next() async -> CommitEvent? {
+  func next(folding: Bool) async -> CommitEvent? {
     await withTaskCancellationHandler {
       await withCheckedContinuation { (c: CheckedContinuation<CommitEvent?, Never>) in
         lock.lock()
-        if let e = takeLocked() {
+        if let e = takeLocked(folding: folding) {
           lock.unlock()
           c.resume(returning: e)
         } else if finished {

@@ -31,24 +31,25 @@ public struct WriteSet: Sendable {
   /// huge transaction does not hold a second copy of its keys in memory.
   public static let keyLimit = 1 << 18
 
-  /// This write set followed by `next`: what both did, net. `base` is the
-  /// state before this write set, read for the rare key whose state before
-  /// cannot be told otherwise (one `next` writes after a range of ours cut it).
-  func followed(by next: WriteSet, base: Version) -> WriteSet {
-    guard isComplete && next.isComplete else { return WriteSet(isComplete: false) }
-    var out = self
+  /// Folds `next`, which followed this write set, into it: what both did,
+  /// net. `base` is the state before this write set, read for the rare key
+  /// whose state before cannot be told otherwise (one `next` wrote after a
+  /// range delete of ours hid it).
+  mutating func fold(_ next: WriteSet, base: Version) {
+    guard isComplete && next.isComplete else {
+      self = WriteSet(isComplete: false)
+      return
+    }
     for (name, later) in next.keyspaces {
-      if var earlier = out.keyspaces[name] {
-        earlier.follow(with: later) { key in
-          guard let tree = base.tree(name) else { return false }
-          do { return try tree.get(key, TreeContext(store: base.store)) != nil } catch { return nil }
-        }
-        out.keyspaces[name] = earlier
-      } else {
-        out.keyspaces[name] = later
+      guard keyspaces[name] != nil else {
+        keyspaces[name] = later
+        continue
+      }
+      keyspaces[name]!.follow(with: later) { key in
+        guard let tree = base.tree(name) else { return false }
+        do { return try tree.get(key, TreeContext(store: base.store)) != nil } catch { return nil }
       }
     }
-    return out
   }
 }
 

@@ -1,0 +1,206 @@
+import Engine
+import Foundation
+import Synchronization
+
+/// How a query's results changed from one emission to the next, for list
+/// UIs: which ids were inserted and removed at which positions (moves
+/// inferred), and which rows kept their place but changed.
+public struct ResultsUpdate<Model: Identifiable & Sendable>: Sendable where Model.ID: Sendable {
+  /// The current results.
+  public let results: [Model]
+  /// From the previous results' ids to these; empty for the first emission.
+  public let difference: CollectionDifference<Model.ID>
+  /// Positions in ``results`` of records that were in the previous results
+  /// too and whose stored value changed (also filled in by
+  /// ``QueryObservation``, which does not work out ``difference``).
+  public let updated: [Int]
+  /// The last commit the results include.
+  public let token: ChangeToken
+}
+
+/// Follows one query: emits its results at once, then again after every
+/// commit that changes them. Shared by ``QueryObservation`` and
+/// ``QueryUpdates``.
+final class QueryObserver<Model: Codable & Sendable & Identifiable>: @unchecked Sendable
+where Model.ID: Codable & Hashable & Sendable {
+  // Safe: the mutable state is touched only by the one task iterating
+  // (documented); `processed` is atomic for readers elsewhere.
+  private let access: ModelAccess<Model>
+  private let descriptor: FetchDescriptor<Model>
+  private let matches: CompiledPredicate<Model>
+  private let stream: CommitStream
+  /// Whether to work out each emission's difference (``QueryUpdates``).
+  private let differences: Bool
+  /// The record keys of the last results, in order; nil before the first.
+  private var lastOrder: [[UInt8]]?
+  private var lastKeys: Set<[UInt8]> = []
+  private var lastIDs: [Model.ID] = []
+  /// The commit of the last results handed out: counted as looked at once
+  /// the consumer asks for more, so ``token`` never runs ahead of what it
+  /// has taken.
+  private var emitted: UInt64?
+  private let processed: Atomic<UInt64>
+
+  init(access: ModelAccess<Model>, descriptor: FetchDescriptor<Model>, stream: CommitStream, differences: Bool) {
+    self.access = access
+    self.descriptor = descriptor
+    self.matches = CompiledPredicate(descriptor.predicate)
+    self.stream = stream
+    self.differences = differences
+    processed = Atomic(stream.start.sequence.rawValue)
+  }
+
+  /// The last commit the observer has looked at and its consumer has taken
+  /// the results of.
+  var token: ChangeToken { ChangeToken(rawValue: processed.load(ordering: .acquiring)) }
+
+  func cancel() { stream.cancel() }
+
+  /// The next results that differ from the last ones; the first call
+  /// returns the current results. Nil once the observation ended.
+  func next() async throws -> ResultsUpdate<Model>? {
+    guard lastOrder != nil else {
+      let models = try fetch(stream.start)
+      return emit(models, keys: try models.map { try access.key($0.id) }, updated: [], token: stream.start.sequence)
+    }
+    if let emitted {
+      processed.store(emitted, ordering: .releasing)
+      self.emitted = nil
+    }
+    while let e = await stream.nextFolded() {
+      if try mayChange(e) {
+        let models = try fetch(e.after)
+        let keys = try models.map { try access.key($0.id) }
+        // Rows that stayed in the results but whose stored value changed.
+        var updated: [Int] = []
+        let changes = e.changes.isComplete ? e.changes.keyspaces[access.space.records] : nil
+        for (i, k) in keys.enumerated() where lastKeys.contains(k) && (changes.map { $0.touched(k) } ?? true) {
+          if try e.before.get(k, in: access.space.records) != e.after.get(k, in: access.space.records) {
+            updated.append(i)
+          }
+        }
+        if keys != lastOrder || !updated.isEmpty {
+          return emit(models, keys: keys, updated: updated, token: e.sequence)
+        }
+      }
+      processed.store(e.sequence.rawValue, ordering: .releasing)
+    }
+    return nil
+  }
+
+  private func emit(_ models: [Model], keys: [[UInt8]], updated: [Int], token: CommitSequence)
+    -> ResultsUpdate<Model>
+  {
+    let ids = differences ? models.map(\.id) : []
+    let difference =
+      differences && lastOrder != nil
+      ? ids.difference(from: lastIDs).inferringMoves() : CollectionDifference<Model.ID>([])!
+    lastOrder = keys
+    lastKeys = Set(keys)
+    lastIDs = ids
+    emitted = token.rawValue
+    return ResultsUpdate(results: models, difference: difference, updated: updated, token: ChangeToken(token))
+  }
+
+  /// The results as of `snapshot`.
+  private func fetch(_ snapshot: Snapshot) throws -> [Model] {
+    try access.fetch(descriptor, snapshot, built: try access.builtIndexes(snapshot))
+  }
+
+  /// Whether a commit can change the results: it touched a record now in
+  /// them, or stored one the predicate selects. Removing a record that is
+  /// not in the results cannot change them (unless an offset shifts).
+  private func mayChange(_ e: CommitEvent) throws -> Bool {
+    guard e.changes.isComplete else { return true }
+    let records = access.space.records
+    guard let c = e.changes.keyspaces[records] else { return false }
+    if !c.isComplete || c.dropped || (descriptor.fetchOffset ?? 0) > 0 { return true }
+    for range in c.deletedRanges where lastKeys.contains(where: range.contains) { return true }
+    for k in c.changedKeys {
+      if lastKeys.contains(k) { return true }
+      let selected = try e.after.withValue(for: k, in: records) { try matches(try access.decode($0, key: k)) }
+      if selected == true { return true }
+    }
+    return false
+  }
+}
+
+/// A query's results, now and after every commit that changes them: an
+/// `AsyncSequence` of `[Model]` made by ``Repository/observe(_:)``.
+///
+/// The first element is the current results. After that, a commit to other
+/// models, or to records the query does not select that neither enter nor
+/// leave its results, emits nothing. Each emission is the results as of
+/// one commit, read from that commit's snapshot. Iterate it from one task;
+/// cancelling that task (or ``cancel()``) ends the observation and releases
+/// its subscription.
+public final class QueryObservation<Model: Codable & Sendable & Identifiable>: AsyncSequence, Sendable
+where Model.ID: Codable & Hashable & Sendable {
+  public typealias Element = [Model]
+  private let observer: QueryObserver<Model>
+
+  init(_ observer: QueryObserver<Model>) { self.observer = observer }
+
+  /// The last commit the observation has looked at (its results are
+  /// current as of this commit once it has taken every waiting event).
+  public var token: ChangeToken { observer.token }
+
+  /// Ends the observation.
+  public func cancel() { observer.cancel() }
+
+  public struct AsyncIterator: AsyncIteratorProtocol {
+    let observer: QueryObserver<Model>
+    public mutating func next() async throws -> [Model]? { try await observer.next()?.results }
+  }
+
+  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(observer: observer) }
+}
+
+/// ``QueryObservation`` with the difference from the previous results:
+/// made by ``Repository/observeUpdates(_:)``.
+public final class QueryUpdates<Model: Codable & Sendable & Identifiable>: AsyncSequence, Sendable
+where Model.ID: Codable & Hashable & Sendable {
+  public typealias Element = ResultsUpdate<Model>
+  private let observer: QueryObserver<Model>
+
+  init(_ observer: QueryObserver<Model>) { self.observer = observer }
+
+  /// The last commit the observation has looked at.
+  public var token: ChangeToken { observer.token }
+
+  /// Ends the observation.
+  public func cancel() { observer.cancel() }
+
+  public struct AsyncIterator: AsyncIteratorProtocol {
+    let observer: QueryObserver<Model>
+    public mutating func next() async throws -> ResultsUpdate<Model>? { try await observer.next() }
+  }
+
+  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(observer: observer) }
+}
+
+extension Repository {
+  /// The results of `descriptor` now, and again after every commit that
+  /// changes them. See ``QueryObservation``.
+  ///
+  /// ```swift
+  /// for try await open in todos.observe(FetchDescriptor(predicate: #Predicate { !$0.done })) {
+  ///   render(open)
+  /// }
+  /// ```
+  public func observe(_ descriptor: FetchDescriptor<Model> = FetchDescriptor()) throws -> QueryObservation<Model> {
+    QueryObservation(try observer(descriptor, differences: false))
+  }
+
+  /// Like ``observe(_:)``, with each emission's difference from the last
+  /// (inserted, removed and moved ids; updated positions) for list UIs.
+  public func observeUpdates(_ descriptor: FetchDescriptor<Model> = FetchDescriptor()) throws -> QueryUpdates<Model> {
+    QueryUpdates(try observer(descriptor, differences: true))
+  }
+
+  private func observer(_ descriptor: FetchDescriptor<Model>, differences: Bool) throws -> QueryObserver<Model> {
+    QueryObserver(
+      access: ModelAccess(space: try store.space(Model.self)), descriptor: descriptor,
+      stream: try store.database.subscribe(), differences: differences)
+  }
+}
