@@ -289,3 +289,94 @@ enum ModelWorkloads {
     }
   }
 }
+
+extension ModelWorkloads {
+  /// Workload 13: what following changes costs the writer. The same
+  /// upserts, one relaxed transaction each, on a store with nothing
+  /// following it ("cairn"), with persistent history on, with one query
+  /// observer, and with ten change-stream subscribers; the followers run on
+  /// their own tasks meanwhile. All four alternate in one process, three
+  /// passes each; each row is the median pass.
+  static func changes(config c: Config, add: (String, String, Double, Int, String?) -> Void) throws {
+    let n = c.n(10_000)
+    let N = Workloads.label(n)
+    let items = Item.make(n, seed: c.seed)
+    let modes = ["cairn", "history", "observer", "subscribers"]
+    var times: [String: [Double]] = [:]
+    var delivered: [String: Int] = [:]
+    for pass in 0..<3 {
+      for mode in modes {
+        let folder = c.folder + "/changes-\(mode)-\(pass)"
+        try FileManager.default.createDirectory(atPath: c.folder, withIntermediateDirectories: true)
+        var options = Options()
+        options.durability = .normal
+        let store = try Store.open(at: folder, options: options, history: mode == "history" ? HistoryOptions() : nil)
+        let repo = store.repository(Item.self)
+        let received = Counter()
+        var followers: [Task<Void, any Error>] = []
+        if mode == "observer" {
+          var d = FetchDescriptor<Item>(
+            predicate: #Predicate { $0.category == 7 }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+          d.fetchLimit = 20
+          let observation = try repo.observe(d)
+          followers.append(Task { for try await _ in observation { received.add(1) } })
+        }
+        if mode == "subscribers" {
+          for _ in 0..<10 {
+            let stream = try store.changes()
+            followers.append(Task { for try await change in stream { received.add(change.commits) } })
+          }
+        }
+        times[mode, default: []].append(
+          try time {
+            for item in items { try store.writeNow { try $0.repository(Item.self).upsert(item) } }
+          })
+        if mode == "history" {
+          let entries = try store.history(since: .zero).count
+          guard entries == n else { throw BenchError("history holds \(entries) entries, not \(n)") }
+        }
+        for f in followers { f.cancel() }
+        for f in followers { _ = try? awaitTask(f) }
+        delivered[mode] = received.value
+        try store.close()
+        try? FileManager.default.removeItem(atPath: folder)
+      }
+    }
+    let notes = [
+      "cairn": "nothing following", "history": "history entry per commit",
+      "observer": "1 observer (category == 7, newest 20): \(delivered["observer"] ?? 0) emissions",
+      "subscribers": "10 change streams",
+    ]
+    for mode in modes {
+      add("\(N) upserts, a relaxed transaction each", mode, median(times[mode]!), n, notes[mode])
+    }
+  }
+}
+
+/// A counter tasks add to.
+final class Counter: @unchecked Sendable {
+  private let lock = NSLock()
+  private var n = 0
+  var value: Int { lock.withLock { n } }
+  func add(_ k: Int) { lock.withLock { n += k } }
+}
+
+/// Waits for a task from synchronous code.
+func awaitTask<T: Sendable>(_ task: Task<T, any Error>) throws -> T {
+  let done = DispatchSemaphore(value: 0)
+  let result = LockedBox<Result<T, any Error>?>(nil)
+  Task {
+    result.set(await task.result)
+    done.signal()
+  }
+  done.wait()
+  return try result.get()!.get()
+}
+
+final class LockedBox<T>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var value: T
+  init(_ value: T) { self.value = value }
+  func set(_ v: T) { lock.withLock { value = v } }
+  func get() -> T { lock.withLock { value } }
+}

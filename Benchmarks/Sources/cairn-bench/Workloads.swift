@@ -78,6 +78,7 @@ enum Workloads {
     ("10", "disk", "Bare limit: write+fdatasync of 100-byte appends"),
     ("11", "models", "Typed repository: 100,000 models, Cairn's Repo against SQLite with hand-written row mapping"),
     ("12", "codec", "Record encoding against Foundation's JSONEncoder/JSONDecoder, 100,000 models one at a time"),
+    ("13", "changes", "What following changes costs the writer: history, an observer, 10 change streams"),
   ]
 
   /// The systems each workload runs on.
@@ -87,7 +88,7 @@ enum Workloads {
     case "10": ["disk"]
     case "11": chosen.filter { $0 == "cairn" || $0 == "sqlite" }
     // One child measures both coders, alternating (see ModelWorkloads.codec).
-    case "12": chosen.contains("cairn") ? ["cairn"] : []
+    case "12", "13": chosen.contains("cairn") ? ["cairn"] : []
     default: chosen
     }
   }
@@ -358,6 +359,11 @@ enum Workloads {
 
     case "12":
       try ModelWorkloads.codec(config: c) { row, system, seconds, ops, note in
+        add(row, .time, seconds: seconds, ops: ops, note: note, system: system)
+      }
+
+    case "13":
+      try ModelWorkloads.changes(config: c) { row, system, seconds, ops, note in
         add(row, .time, seconds: seconds, ops: ops, note: note, system: system)
       }
 
