@@ -126,7 +126,9 @@ where Model.ID: Codable & Hashable & Sendable {
 }
 
 /// A query's results, now and after every commit that changes them: an
-/// `AsyncSequence` of `[Model]` made by ``Repository/observe(_:)``.
+/// `AsyncSequence` of `[Model]` (``QueryObservation``, made by
+/// ``Repository/observe(_:)``) or of ``ResultsUpdate`` (``QueryUpdates``,
+/// made by ``Repository/observeUpdates(_:)``).
 ///
 /// The first element is the current results. After that, a commit to other
 /// models, or to records the query does not select that neither enter nor
@@ -134,12 +136,15 @@ where Model.ID: Codable & Hashable & Sendable {
 /// one commit, read from that commit's snapshot. Iterate it from one task;
 /// cancelling that task (or ``cancel()``) ends the observation and releases
 /// its subscription.
-public final class QueryObservation<Model: Codable & Sendable & Identifiable>: AsyncSequence, Sendable
+public final class QueryStream<Model: Codable & Sendable & Identifiable, Element: Sendable>: AsyncSequence, Sendable
 where Model.ID: Codable & Hashable & Sendable {
-  public typealias Element = [Model]
   private let observer: QueryObserver<Model>
+  private let element: @Sendable (ResultsUpdate<Model>) -> Element
 
-  init(_ observer: QueryObserver<Model>) { self.observer = observer }
+  init(_ observer: QueryObserver<Model>, _ element: @escaping @Sendable (ResultsUpdate<Model>) -> Element) {
+    self.observer = observer
+    self.element = element
+  }
 
   /// The last commit the observation has looked at (its results are
   /// current as of this commit once it has taken every waiting event).
@@ -149,35 +154,20 @@ where Model.ID: Codable & Hashable & Sendable {
   public func cancel() { observer.cancel() }
 
   public struct AsyncIterator: AsyncIteratorProtocol {
-    let observer: QueryObserver<Model>
-    public mutating func next() async throws -> [Model]? { try await observer.next()?.results }
+    let stream: QueryStream
+    public mutating func next() async throws -> Element? { try await stream.observer.next().map(stream.element) }
   }
 
-  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(observer: observer) }
+  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }
 
-/// ``QueryObservation`` with the difference from the previous results:
-/// made by ``Repository/observeUpdates(_:)``.
-public final class QueryUpdates<Model: Codable & Sendable & Identifiable>: AsyncSequence, Sendable
-where Model.ID: Codable & Hashable & Sendable {
-  public typealias Element = ResultsUpdate<Model>
-  private let observer: QueryObserver<Model>
+/// The results of a query, now and after each commit that changes them.
+public typealias QueryObservation<Model: Codable & Sendable & Identifiable> = QueryStream<Model, [Model]>
+where Model.ID: Codable & Hashable & Sendable
 
-  init(_ observer: QueryObserver<Model>) { self.observer = observer }
-
-  /// The last commit the observation has looked at.
-  public var token: ChangeToken { observer.token }
-
-  /// Ends the observation.
-  public func cancel() { observer.cancel() }
-
-  public struct AsyncIterator: AsyncIteratorProtocol {
-    let observer: QueryObserver<Model>
-    public mutating func next() async throws -> ResultsUpdate<Model>? { try await observer.next() }
-  }
-
-  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(observer: observer) }
-}
+/// ``QueryObservation`` with each emission's difference from the last.
+public typealias QueryUpdates<Model: Codable & Sendable & Identifiable> = QueryStream<Model, ResultsUpdate<Model>>
+where Model.ID: Codable & Hashable & Sendable
 
 extension Repository {
   /// The results of `descriptor` now, and again after every commit that
@@ -189,13 +179,13 @@ extension Repository {
   /// }
   /// ```
   public func observe(_ descriptor: FetchDescriptor<Model> = FetchDescriptor()) throws -> QueryObservation<Model> {
-    QueryObservation(try observer(descriptor, differences: false))
+    QueryStream(try observer(descriptor, differences: false)) { $0.results }
   }
 
   /// Like ``observe(_:)``, with each emission's difference from the last
   /// (inserted, removed and moved ids; updated positions) for list UIs.
   public func observeUpdates(_ descriptor: FetchDescriptor<Model> = FetchDescriptor()) throws -> QueryUpdates<Model> {
-    QueryUpdates(try observer(descriptor, differences: true))
+    QueryStream(try observer(descriptor, differences: true)) { $0 }
   }
 
   private func observer(_ descriptor: FetchDescriptor<Model>, differences: Bool) throws -> QueryObserver<Model> {
