@@ -9,6 +9,41 @@ import Testing
     return db
   }
 
+  @Test func aLongScanLeavesTheCacheAloneWhileShortScansFillIt() throws {
+    let fs = MemoryFileSystem()
+    var db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+    try db.write { tx in
+      for i in 0..<20_000 { try tx.put(key(i), b("value \(i) padded to a realistic length"), in: "ks") }
+    }
+    try db.close()
+    db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+    let cold = db.statistics.cacheBytes
+    var n = 0
+    let scan = try db.snapshot().cursor(in: "ks")
+    while let batch = Optional(try scan.next(batch: 50)), !batch.isEmpty { n += batch.count }
+    #expect(n == 20_000)
+    let afterScan = db.statistics.cacheBytes - cold
+    // Short range scans (a few leaves each) and point reads still fill it.
+    for start in stride(from: 0, to: 20_000, by: 500) {
+      let c = try db.snapshot().cursor(in: "ks", range: KeyRange(from: key(start), to: key(start + 100)))
+      #expect(try c.next(batch: 200).count == 100)
+    }
+    let afterShort = db.statistics.cacheBytes - cold
+    #expect(afterShort > afterScan + 40 * 512, "short scans cached \(afterShort - afterScan) more bytes")
+    let misses = db.statistics.nodeCacheMisses
+    for start in stride(from: 0, to: 20_000, by: 500) {
+      let c = try db.snapshot().cursor(in: "ks", range: KeyRange(from: key(start), to: key(start + 100)))
+      _ = try c.next(batch: 200)
+    }
+    #expect(db.statistics.nodeCacheMisses == misses, "the same short scans again should hit the cache")
+    // Point reads of every key cache every leaf; the scan had cached only
+    // the branches and its first leaves.
+    for i in 0..<20_000 { _ = try db.snapshot().get(key(i), in: "ks") }
+    let everything = db.statistics.cacheBytes - cold
+    #expect(afterScan * 5 < everything, "a full scan cached \(afterScan) of \(everything) bytes")
+    try db.close()
+  }
+
   @Test func walksForwardAndBackward() throws {
     let db = try Self.database()
     let c = try db.snapshot().cursor(in: "ks")

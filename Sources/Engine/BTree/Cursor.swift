@@ -27,6 +27,13 @@ public final class Cursor {
   private var leafChecked: LeafNode?
   /// Gap index in `leaf`: entries before it are behind the cursor.
   private var index = 0
+  /// Leaves stepped into since the last seek. Past ``scanLeaves`` the
+  /// cursor is scanning, and leaves it has to read from the file are not
+  /// added to the node cache: a long scan neither evicts the working set
+  /// nor grows memory with the size of the range (scan resistance). Leaves
+  /// already cached are still used, and short range scans fill the cache.
+  private var leavesStepped = 0
+  static let scanLeaves = 16
 
   init(tree: TreeRoot, context: TreeContext, range: KeyRange, isOpen: @escaping () -> Bool) throws {
     self.tree = tree
@@ -73,6 +80,7 @@ public final class Cursor {
   private func descend(to key: [UInt8]) throws {
     try checkOpen()
     path.removeAll(keepingCapacity: true)
+    leavesStepped = 0
     leaf = nil
     index = 0
     guard let root = tree.root else { return }
@@ -94,6 +102,7 @@ public final class Cursor {
   private func descendToEdge(first: Bool) throws {
     try checkOpen()
     path.removeAll(keepingCapacity: true)
+    leavesStepped = 0
     leaf = nil
     index = 0
     guard let root = tree.root else { return }
@@ -111,13 +120,20 @@ public final class Cursor {
       case .branch(let b):
         let i = first ? 0 : b.childCount - 1
         path.append((b, i))
-        node = try ctx.resolve(b.children[i], level: b.level - 1)
+        node = try load(b.children[i], level: b.level - 1)
       }
     }
   }
 
+  /// Resolves a child on the way to the next leaf: a leaf read from the
+  /// file stays out of the cache once the cursor is scanning.
+  private func load(_ ref: NodeRef, level: Int) throws -> Node {
+    try ctx.resolve(ref, level: level, fillCache: level > 0 || leavesStepped < Self.scanLeaves)
+  }
+
   private func descend(toRank rank: UInt64) throws {
     path.removeAll(keepingCapacity: true)
+    leavesStepped = 0
     leaf = nil
     index = 0
     guard let root = tree.root else { return }
@@ -248,7 +264,8 @@ public final class Cursor {
       let j = forward ? i + 1 : i - 1
       if j >= 0 && j < b.childCount {
         path[path.count - 1].index = j
-        let child = try ctx.resolve(b.children[j], level: b.level - 1)
+        leavesStepped += 1
+        let child = try load(b.children[j], level: b.level - 1)
         try descendEdge(from: child, first: forward)
         return true
       }

@@ -35,9 +35,15 @@ struct TreeContext {
     }
   }
 
-  /// Resolves `ref` and checks it is at `level`, as its parent says it must be.
-  func resolve(_ ref: NodeRef, level: Int) throws -> Node {
-    let node = try resolve(ref)
+  /// Resolves `ref` and checks it is at `level`, as its parent says it must
+  /// be. With `fillCache` false, a node read from the file is not kept in
+  /// the node cache (a scan's leaves).
+  func resolve(_ ref: NodeRef, level: Int, fillCache: Bool = true) throws -> Node {
+    let node: Node
+    switch ref {
+    case .memory(let n): node = n
+    case .disk(let disk): node = try store.node(disk, fillCache: fillCache)
+    }
     guard node.level == level else {
       var offset: UInt64?
       if case .disk(let d) = ref { offset = d.offset.rawValue }

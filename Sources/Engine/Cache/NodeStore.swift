@@ -18,14 +18,17 @@ final class NodeStore: @unchecked Sendable {
   /// - Throws: ``EngineError/Code/corrupted`` (with this file and the block's
   ///   offset) when the block is short, fails its checksum, is not a node, or
   ///   does not decode; ``EngineError/Code/io`` when the read fails.
-  func node(_ ref: DiskRef) throws -> Node {
+  ///
+  /// With `fillCache` false, a node that is not cached is read but not
+  /// added to the cache.
+  func node(_ ref: DiskRef, fillCache: Bool = true) throws -> Node {
     if let node = cache.get(ref.offset) {
       counters.nodeCacheHits.add(1)
       return node
     }
     counters.nodeCacheMisses.add(1)
     let node = try readNode(ref)
-    cache.insert(ref.offset, node)
+    if fillCache { cache.insert(ref.offset, node) }
     return node
   }
 
