@@ -66,7 +66,10 @@ extension Database {
     var clean: [String: TreeRoot] = [:]
     for (name, tree) in committedTrees {
       var t = tree
-      if let root = tree.root { t.root = .disk(try writer.write(root)) }
+      if let root = tree.root {
+        t.root = .disk(try writer.write(root))
+        t.pin(store)
+      }
       clean[name] = t
     }
     let (offset, checkpoint) = try writer.commit(clean, sequence: lastSequence, previous: lastCommitOffset)

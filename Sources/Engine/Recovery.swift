@@ -110,7 +110,9 @@ enum Recovery {
       let store = NodeStore(file: data, cache: cache, counters: counters)
       var trees: [String: TreeRoot] = [:]
       for root in commit.roots {
-        trees[root.name] = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
+        var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
+        tree.pin(store)
+        trees[root.name] = tree
       }
       let checkpoint = CheckpointInfo(
         sequence: commit.sequence, fileBytes: commitEnd,

@@ -84,7 +84,7 @@ public final class Cursor {
     leaf = nil
     index = 0
     guard let root = tree.root else { return }
-    var node = try ctx.resolve(root, level: tree.height - 1)
+    var node = try tree.rootNode(root, ctx)
     while true {
       switch node {
       case .leaf(let l):
@@ -106,7 +106,7 @@ public final class Cursor {
     leaf = nil
     index = 0
     guard let root = tree.root else { return }
-    try descendEdge(from: try ctx.resolve(root, level: tree.height - 1), first: first)
+    try descendEdge(from: try tree.rootNode(root, ctx), first: first)
   }
 
   private func descendEdge(from start: Node, first: Bool) throws {
@@ -139,7 +139,7 @@ public final class Cursor {
     guard let root = tree.root else { return }
     guard rank < tree.count else { return try descendToEdge(first: false) }
     var remaining = rank
-    var node = try ctx.resolve(root, level: tree.height - 1)
+    var node = try tree.rootNode(root, ctx)
     while true {
       switch node {
       case .leaf(let l):

@@ -1,13 +1,40 @@
 /// One keyspace's B+tree as a version of the store sees it.
 struct TreeRoot: @unchecked Sendable {
   /// The root node, or nil when the keyspace is empty.
-  var root: NodeRef?
+  var root: NodeRef? { didSet { pinned = nil } }
+  /// The decoded root branch when `root` is on disk, kept by a checkpoint,
+  /// a compaction or recovery so reads skip its cache lookup (every read
+  /// starts there, so every read locked the same cache shard for it).
+  /// Cleared whenever `root` changes. Writers never use it.
+  var pinned: Node?
   /// Keys in the tree.
   var count: UInt64
   /// Levels: 0 when empty, 1 when the root is a leaf.
   var height: Int
 
+  init(root: NodeRef?, count: UInt64, height: Int) {
+    self.root = root
+    self.count = count
+    self.height = height
+  }
+
   static let empty = TreeRoot(root: nil, count: 0, height: 0)
+
+  /// The root node: the pinned one if there is one.
+  @inline(__always)
+  func rootNode(_ root: NodeRef, _ ctx: TreeContext) throws -> Node {
+    if let pinned { return pinned }
+    return try ctx.resolve(root, level: height - 1)
+  }
+
+  /// Keeps the decoded root branch of an on-disk root, read through the
+  /// cache. A root leaf is not pinned: a small tree gains nothing.
+  mutating func pin(_ store: NodeStore) {
+    guard height > 1, case .disk(let ref) = root, let node = try? store.node(ref), node.level == height - 1 else {
+      return
+    }
+    pinned = node
+  }
 }
 
 /// What tree walks need: where disk nodes come from, and for writers, which
@@ -82,7 +109,7 @@ extension TreeRoot {
   func leaf(for key: [UInt8], _ ctx: TreeContext) throws -> (leaf: LeafNode, index: Int)? {
     guard let root else { return nil }
     return try key.withUnsafeBytes { k -> (LeafNode, Int)? in
-      var node = try ctx.resolve(root, level: height - 1)
+      var node = try rootNode(root, ctx)
       while true {
         switch node {
         case .leaf(let leaf):

@@ -69,7 +69,10 @@ extension Database {
     var trees: [String: TreeRoot] = [:]
     for (name, tree) in committedTrees {
       var t = tree
-      if let root = tree.root { t.root = .disk(try writer.write(root)) }
+      if let root = tree.root {
+        t.root = .disk(try writer.write(root))
+        t.pin(newStore)
+      }
       trees[name] = t
     }
     let (offset, checkpoint) = try writer.commit(trees, sequence: lastSequence, previous: .none)
