@@ -403,6 +403,45 @@ func settle<M>(_ observation: QueryObservation<M>, _ store: Store) async throws 
     #expect(try aging.history(since: ChangeToken(rawValue: aging.currentToken.rawValue - 1)).count == 1)
   }
 
+  @Test func damagedKeysAndHistoryEntriesAreTypedErrors() async throws {
+    struct Compound: Codable {
+      var a: Int
+      var b: String?
+      var c: UUID
+    }
+    var rng = SplitMix64(seed: testSeed())
+    func garbage(_ max: Int) -> [UInt8] {
+      (0..<Int(rng.next() % UInt64(max))).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+    }
+    for _ in 0..<5_000 {
+      let bytes = rng.next() % 2 == 0 ? garbage(40) : [1] + garbage(40)
+      for decode in [
+        { _ = try KeyEncoding.decode(Int.self, from: bytes) }, { _ = try KeyEncoding.decode(String.self, from: bytes) },
+        { _ = try KeyEncoding.decode(Compound.self, from: bytes) },
+        { _ = try KeyEncoding.decode(Date?.self, from: bytes) },
+      ] as [() throws -> Void] {
+        do { try decode() } catch is RepoError {} catch { Issue.record("not a RepoError: \(error)") }
+      }
+    }
+
+    // A history entry damaged on disk is reported, with the entry, not a crash.
+    let store = try Store.inMemory(history: HistoryOptions())
+    try await store.repository(Todo.self).insert(Todo(id: 1, title: "t", done: false, createdAt: day(1)))
+    let good = try #require(try store.database.snapshot().get(Array(repeating: 0, count: 7) + [1], in: "#history"))
+    for cut in [0, 1, 5, 9, 12, good.count - 1] {
+      // Through the store, so the history stays continuous and only the entry is wrong.
+      try store.writeNow { tx in
+        try tx.transaction.put(Array(repeating: 0, count: 7) + [1], Array(good.prefix(cut)), in: "#history")
+      }
+      do {
+        _ = try store.history(since: .zero)
+        Issue.record("an entry cut to \(cut) bytes was read")
+      } catch let e as RepoError {
+        #expect(e.code == .decoding, "\(e)")
+      }
+    }
+  }
+
   @Test func recordKeysDecodeBackToIDs() throws {
     struct Compound: Codable, Hashable {
       var group: Int
