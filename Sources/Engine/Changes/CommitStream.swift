@@ -76,11 +76,14 @@ public final class CommitStream: AsyncSequence, Sendable {
   /// Events waiting to be taken.
   public var pending: Int { queue.pending }
 
+  /// Iterates the stream; every iterator shares its one queue.
   public struct AsyncIterator: AsyncIteratorProtocol {
     let stream: CommitStream
+    /// The next element; nil once it has ended.
     public mutating func next() async -> CommitEvent? { await stream.next() }
   }
 
+  /// An iterator over it (iterate from one task at a time).
   public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }
 

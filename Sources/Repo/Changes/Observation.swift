@@ -153,11 +153,14 @@ where Model.ID: Codable & Hashable & Sendable {
   /// Ends the observation.
   public func cancel() { observer.cancel() }
 
+  /// Iterates the observation; every iterator shares its one queue.
   public struct AsyncIterator: AsyncIteratorProtocol {
     let stream: QueryStream
+    /// The next element; nil once it has ended.
     public mutating func next() async throws -> Element? { try await stream.observer.next().map(stream.element) }
   }
 
+  /// An iterator over it (iterate from one task at a time).
   public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }
 

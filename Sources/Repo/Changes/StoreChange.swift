@@ -237,10 +237,13 @@ public final class StoreChanges: AsyncSequence, Sendable {
       isComplete: true, records: records)
   }
 
+  /// Iterates the stream; every iterator shares its one queue.
   public struct AsyncIterator: AsyncIteratorProtocol {
     let changes: StoreChanges
+    /// The next element; nil once it has ended.
     public mutating func next() async throws -> StoreChange? { try await changes.next() }
   }
 
+  /// An iterator over it (iterate from one task at a time).
   public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(changes: self) }
 }
