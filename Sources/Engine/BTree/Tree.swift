@@ -53,24 +53,20 @@ struct TreeContext {
     self.largeValueThreshold = largeValueThreshold
   }
 
-  /// The node a reference points at, reading it through the cache if needed.
+  /// The node a reference points at, reading it through the cache if
+  /// needed. With `fillCache` false, a node read from the file is not kept
+  /// in the node cache (a scan's leaves).
   @inline(__always)
-  func resolve(_ ref: NodeRef) throws -> Node {
+  func resolve(_ ref: NodeRef, fillCache: Bool = true) throws -> Node {
     switch ref {
     case .memory(let node): return node
-    case .disk(let disk): return try store.node(disk)
+    case .disk(let disk): return try store.node(disk, fillCache: fillCache)
     }
   }
 
-  /// Resolves `ref` and checks it is at `level`, as its parent says it must
-  /// be. With `fillCache` false, a node read from the file is not kept in
-  /// the node cache (a scan's leaves).
+  /// Resolves `ref` and checks it is at `level`, as its parent says it must be.
   func resolve(_ ref: NodeRef, level: Int, fillCache: Bool = true) throws -> Node {
-    let node: Node
-    switch ref {
-    case .memory(let n): node = n
-    case .disk(let disk): node = try store.node(disk, fillCache: fillCache)
-    }
+    let node = try resolve(ref, fillCache: fillCache)
     guard node.level == level else {
       var offset: UInt64?
       if case .disk(let d) = ref { offset = d.offset.rawValue }
