@@ -112,8 +112,7 @@ public final class WriteTransaction: KeyValueReader {
   /// Whether `key` was in `keyspace` when the transaction began; nil if
   /// reading it failed.
   private func existedAtStart(_ key: [UInt8], in keyspace: String) -> Bool? {
-    guard let tree = baseTrees[keyspace] else { return false }
-    do { return try tree.get(key, context) != nil } catch { return nil }
+    baseTrees[keyspace].map { $0.presence(of: key, context) } ?? false
   }
 
   private func checkKeyspaceLimit(_ name: String) throws {

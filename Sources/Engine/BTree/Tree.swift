@@ -124,6 +124,13 @@ extension TreeRoot {
     return try leaf.value(at: i, store: ctx.store)
   }
 
+  /// Whether `key` is present; nil when reading the tree failed. For
+  /// callers that can do without the answer (change tracking asks it about
+  /// an earlier state).
+  func presence(of key: [UInt8], _ ctx: TreeContext) -> Bool? {
+    do { return try leaf(for: key, ctx) != nil } catch { return nil }
+  }
+
   /// Calls `body` with the value stored under `key`, without copying it.
   /// Returns nil if the key is absent.
   func withValue(_ key: [UInt8], _ ctx: TreeContext, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Void? {

@@ -46,8 +46,7 @@ public struct WriteSet: Sendable {
         continue
       }
       keyspaces[name]!.follow(with: later) { key in
-        guard let tree = base.tree(name) else { return false }
-        do { return try tree.get(key, TreeContext(store: base.store)) != nil } catch { return nil }
+        base.tree(name).map { $0.presence(of: key, TreeContext(store: base.store)) } ?? false
       }
     }
   }
