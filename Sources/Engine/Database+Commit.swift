@@ -122,6 +122,8 @@ extension Database {
     while n < pendingVersions.count && pendingVersions[n].end <= end { n += 1 }
     guard n > 0 else { return }
     let published = pendingVersions[..<n]
+    // Read even with no subscriber: whether there is one is asked only
+    // after publishing, so one that subscribes meanwhile is not skipped.
     let before = current
     publish(published[published.endIndex - 1].version)
     if subscribers.count > 0 { deliver(published.lazy.map { ($0.version, $0.changes) }, after: before) }
