@@ -23,6 +23,10 @@ public struct KeyRange: Sendable, Hashable {
     KeyRange(from: prefix.isEmpty ? nil : prefix, to: prefixSuccessor(prefix))
   }
 
+  /// The smallest key greater than every key that starts with `prefix`, or
+  /// nil when there is none (the prefix is empty or all 0xFF).
+  public static func successor(ofPrefix prefix: [UInt8]) -> [UInt8]? { prefixSuccessor(prefix) }
+
   /// Keys `k >= lower`.
   public static func from(_ lower: [UInt8]) -> KeyRange { KeyRange(from: lower, to: nil) }
 

@@ -26,19 +26,6 @@ public enum KeyEncoding {
     return e.bytes
   }
 
-  /// The smallest byte string greater than every encoding that starts with `prefix`.
-  static func successor(_ prefix: [UInt8]) -> [UInt8]? {
-    var p = prefix
-    while let last = p.last {
-      if last < 0xFF {
-        p[p.count - 1] = last + 1
-        return p
-      }
-      p.removeLast()
-    }
-    return nil
-  }
-
   static func orderedDouble(_ d: Double) -> UInt64 {
     var v = d
     if v == 0 { v = 0 }  // -0.0 and 0.0 are equal values: one encoding

@@ -124,7 +124,7 @@ enum Planner {
         break
       }
       guard !used.isEmpty else { continue }
-      let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyEncoding.successor(prefix))
+      let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyRange.successor(ofPrefix: prefix))
       // Index order matches the sort when the sort keys are the index's
       // components after the equality prefix.
       let eqCount = used.count - (rangePart?.used.count ?? 0)
@@ -193,7 +193,7 @@ enum Planner {
     range: KeyRange, used: [String], isEquality: Bool
   )? {
     var lower: [UInt8]? = prefix.isEmpty ? nil : prefix
-    var upper: [UInt8]? = KeyEncoding.successor(prefix)
+    var upper: [UInt8]? = KeyRange.successor(ofPrefix: prefix)
     var used: [String] = []
     // Present values only: a nil sorts first (marker 0x00) and never compares.
     func raise(_ candidate: [UInt8]) {
@@ -211,11 +211,11 @@ enum Planner {
       switch c.op {
       case .equal:
         raise(full)
-        lowerUpper(KeyEncoding.successor(full))
+        lowerUpper(KeyRange.successor(ofPrefix: full))
         equality = conditions.count == 1
       case .less: lowerUpper(full)
-      case .lessOrEqual: lowerUpper(KeyEncoding.successor(full))
-      case .greater: if let s = KeyEncoding.successor(full) { raise(s) }
+      case .lessOrEqual: lowerUpper(KeyRange.successor(ofPrefix: full))
+      case .greater: if let s = KeyRange.successor(ofPrefix: full) { raise(s) }
       case .greaterOrEqual: raise(full)
       }
       used.append("\(name(c.keyPath)) \(c.op) …")
