@@ -312,7 +312,7 @@ extension ModelWorkloads {
         options.durability = .normal
         let store = try Store.open(at: folder, options: options, history: mode == "history" ? HistoryOptions() : nil)
         let repo = store.repository(Item.self)
-        let received = Counter()
+        let received = SharedCount()
         var followers: [Task<Void, any Error>] = []
         if mode == "observer" {
           var d = FetchDescriptor<Item>(
@@ -337,7 +337,7 @@ extension ModelWorkloads {
         }
         for f in followers { f.cancel() }
         for f in followers { _ = try? awaitTask(f) }
-        delivered[mode] = received.value
+        delivered[mode] = received.current
         try store.close()
         try? FileManager.default.removeItem(atPath: folder)
       }
@@ -351,14 +351,6 @@ extension ModelWorkloads {
       add("\(N) upserts, a relaxed transaction each", mode, median(times[mode]!), n, notes[mode])
     }
   }
-}
-
-/// A counter tasks add to.
-final class Counter: @unchecked Sendable {
-  private let lock = NSLock()
-  private var n = 0
-  var value: Int { lock.withLock { n } }
-  func add(_ k: Int) { lock.withLock { n += k } }
 }
 
 /// Waits for a task from synchronous code.
