@@ -41,6 +41,10 @@ final class LeafNode: @unchecked Sendable {
   @exclusivity(unchecked) private(set) var buffer: [UInt8]
   @exclusivity(unchecked) private(set) var slots: [LeafSlot]
   @exclusivity(unchecked) private(set) var pending: [[UInt8]]
+  /// The keys' heads (see ``keyHead(_:)``), only in nodes that never change
+  /// (owner 0: read from the file or written by a checkpoint); empty in a
+  /// writer's nodes, which search the keys alone.
+  private let heads: [UInt64]
   private(set) var encodedSize: Int
   private var deadBytes: Int
 
@@ -49,22 +53,33 @@ final class LeafNode: @unchecked Sendable {
     buffer = []
     slots = []
     pending = []
+    heads = []
     encodedSize = LeafLayout.header
     deadBytes = 0
   }
 
-  /// A decoded leaf over `buffer` (which the slots point into).
+  /// A decoded leaf over `buffer` (which the slots point into). With owner
+  /// 0 the leaf will never change, and it keeps its keys' heads.
   init(owner: UInt64, buffer: [UInt8], slots: [LeafSlot], encodedSize: Int) {
     self.owner = owner
     self.buffer = buffer
     self.slots = slots
     self.pending = []
+    self.heads =
+      owner != 0
+      ? []
+      : buffer.withUnsafeBytes { raw in
+        // Safe: slot bounds were checked by the decoder.
+        slots.map { keyHead(raw.bytes(from: Int($0.keyStart), count: Int($0.keyLength))) }
+      }
     self.encodedSize = encodedSize
     self.deadBytes = 0
   }
 
   var count: Int { slots.count }
   var bufferCount: Int { buffer.count + pending.reduce(0) { $0 + $1.count } }
+  /// Bytes of the search heads.
+  var headBytes: Int { heads.count * 8 }
   var isEmpty: Bool { slots.isEmpty }
 
   // MARK: Reading
@@ -92,15 +107,22 @@ final class LeafNode: @unchecked Sendable {
 
   func find(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
     buffer.withUnsafeBytes { raw in
+      // Only keys in `lo..<end` can equal `key`; those before are smaller.
       var lo = 0
-      var hi = slots.count
+      var end = slots.count
+      if !heads.isEmpty {
+        let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key)) }
+        guard !r.isEmpty else { return (r.lowerBound, false) }
+        (lo, end) = (r.lowerBound, r.upperBound)
+      }
+      var hi = end
       while lo < hi {
         let mid = (lo + hi) >> 1
         let s = slots[mid]
         let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
         if compareBytes(k, key) < 0 { lo = mid + 1 } else { hi = mid }
       }
-      if lo < slots.count {
+      if lo < end {
         let s = slots[lo]
         let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
         return (lo, compareBytes(k, key) == 0)
@@ -192,6 +214,7 @@ final class LeafNode: @unchecked Sendable {
   }
 
   func insert(_ key: [UInt8], _ value: LeafValue, at i: Int) {
+    assert(heads.isEmpty, "a node with search heads never changes")
     let keyStart = appendKey(key)
     let (kind, start, length) = makeValue(value)
     let slot = LeafSlot(
@@ -215,6 +238,7 @@ final class LeafNode: @unchecked Sendable {
   }
 
   func remove(_ range: Range<Int>) {
+    assert(heads.isEmpty, "a node with search heads never changes")
     guard !range.isEmpty else { return }
     for i in range {
       release(slots[i])

@@ -65,8 +65,8 @@ enum Node: @unchecked Sendable {
   /// Approximate bytes of memory held, for the node cache's budget.
   var memoryCost: Int {
     switch self {
-    case .leaf(let l): 96 + l.bufferCount + l.count * MemoryLayout<LeafSlot>.stride
-    case .branch(let b): 128 + b.keys.bytes.count + b.keys.count * 4 + b.children.count * 48
+    case .leaf(let l): 96 + l.bufferCount + l.count * MemoryLayout<LeafSlot>.stride + l.headBytes
+    case .branch(let b): 128 + b.keys.bytes.count + b.keys.count * 4 + b.keys.heads.count * 8 + b.children.count * 48
     }
   }
 }

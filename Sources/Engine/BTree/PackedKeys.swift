@@ -7,8 +7,14 @@ struct PackedKeys: Equatable {
   private(set) var bytes: [UInt8] = []
   /// `ends[i]` is where key `i` ends in `bytes`; it starts where key `i-1` ends.
   private(set) var ends: [UInt32] = []
+  /// The keys' heads (see ``keyHead(_:)``) once ``buildHeads()`` has run;
+  /// any change drops them. Only branches that never change build them.
+  private(set) var heads: [UInt64] = []
 
   init() {}
+
+  /// Equal when the keys are; heads are a cache of them.
+  static func == (a: PackedKeys, b: PackedKeys) -> Bool { a.bytes == b.bytes && a.ends == b.ends }
 
   init(_ keys: [[UInt8]]) {
     bytes.reserveCapacity(keys.reduce(0) { $0 + $1.count })
@@ -37,6 +43,14 @@ struct PackedKeys: Equatable {
     return p
   }
 
+  /// Computes the heads that speed up ``rank(of:inclusive:)``.
+  mutating func buildHeads() {
+    heads = bytes.withUnsafeBytes { raw in
+      // Safe: every end lies within bytes.
+      (0..<count).map { i in keyHead(raw.bytes(from: start(i), count: length(i))) }
+    }
+  }
+
   /// The number of keys <= `key` (with `inclusive`) or < `key`.
   @inline(__always)
   func rank(of key: UnsafeRawBufferPointer, inclusive: Bool) -> Int {
@@ -44,6 +58,11 @@ struct PackedKeys: Equatable {
       ends.withUnsafeBufferPointer { ends in
         var lo = 0
         var hi = ends.count
+        if !heads.isEmpty {
+          // Keys below the range are smaller than `key`, those past it larger.
+          let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key)) }
+          (lo, hi) = (r.lowerBound, r.upperBound)
+        }
         while lo < hi {
           let mid = (lo + hi) >> 1
           let s = mid == 0 ? 0 : Int(ends[mid - 1])
@@ -64,17 +83,20 @@ struct PackedKeys: Equatable {
   }
 
   mutating func append(_ key: [UInt8]) {
+    heads = []
     bytes.append(contentsOf: key)
     ends.append(UInt32(bytes.count))
   }
 
   mutating func append(contentsOf other: PackedKeys) {
+    heads = []
     let base = UInt32(bytes.count)
     bytes.append(contentsOf: other.bytes)
     ends.append(contentsOf: other.ends.map { $0 + base })
   }
 
   mutating func insert(_ key: [UInt8], at i: Int) {
+    heads = []
     let s = start(i)
     bytes.insert(contentsOf: key, at: s)
     ends.insert(UInt32(s), at: i)
@@ -82,6 +104,7 @@ struct PackedKeys: Equatable {
   }
 
   mutating func remove(_ range: Range<Int>) {
+    heads = []
     guard !range.isEmpty else { return }
     let s = start(range.lowerBound)
     let e = Int(ends[range.upperBound - 1])
