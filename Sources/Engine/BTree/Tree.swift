@@ -2,11 +2,12 @@
 struct TreeRoot: @unchecked Sendable {
   /// The root node, or nil when the keyspace is empty.
   var root: NodeRef? { didSet { pinned = nil } }
-  /// The decoded root branch when `root` is on disk, kept by a checkpoint,
-  /// a compaction or recovery so reads skip its cache lookup (every read
-  /// starts there, so every read locked the same cache shard for it).
-  /// Cleared whenever `root` changes. Writers never use it.
-  var pinned: Node?
+  /// The decoded top of the tree when `root` is on disk, kept by a
+  /// checkpoint, a compaction or recovery so reads skip its cache lookups
+  /// (every read passes through it, so every read locked the same cache
+  /// shards and bumped the same reference counts). Cleared whenever `root`
+  /// changes. Writers never use it.
+  var pinned: PinnedTop?
   /// Keys in the tree.
   var count: UInt64
   /// Levels: 0 when empty, 1 when the root is a leaf.
@@ -23,17 +24,63 @@ struct TreeRoot: @unchecked Sendable {
   /// The root node: the pinned one if there is one.
   @inline(__always)
   func rootNode(_ root: NodeRef, _ ctx: TreeContext) throws -> Node {
-    if let pinned { return pinned }
+    if let pinned { return .branch(pinned.root) }
     return try ctx.resolve(root, level: height - 1)
   }
 
   /// Keeps the decoded root branch of an on-disk root, read through the
-  /// cache. A root leaf is not pinned: a small tree gains nothing.
+  /// cache, and the root's children too when they are branches and their
+  /// decoded size stays under an eighth of the node cache's budget. A root
+  /// leaf is not pinned: a small tree gains nothing. A node that does not
+  /// read or is not at its level is not pinned either; reads then meet the
+  /// problem themselves and report it.
   mutating func pin(_ store: NodeStore) {
-    guard height > 1, case .disk(let ref) = root, let node = try? store.node(ref), node.level == height - 1 else {
-      return
+    guard height > 1, case .disk(let ref) = root, case .branch(let top)? = try? store.node(ref),
+      top.level == height - 1
+    else { return }
+    var children: [BranchNode] = []
+    if height > 2 {
+      let budget = store.cache.capacity / 8
+      var cost = 0
+      for child in top.children {
+        guard case .disk(let r) = child, let node = try? store.node(r), case .branch(let b) = node,
+          b.level == height - 2
+        else {
+          children = []
+          break
+        }
+        cost += node.memoryCost
+        guard cost <= budget else {
+          children = []
+          break
+        }
+        children.append(b)
+      }
     }
-    pinned = node
+    pinned = PinnedTop(root: top, children: children)
+  }
+}
+
+/// The decoded top levels of an on-disk tree (see ``TreeRoot/pinned``).
+/// Immutable, like the nodes it holds.
+final class PinnedTop: @unchecked Sendable {
+  /// The root branch.
+  let root: BranchNode
+  /// The root's children, when they are branches and pinned; else empty.
+  let children: [BranchNode]
+
+  init(root: BranchNode, children: [BranchNode]) {
+    self.root = root
+    self.children = children
+  }
+
+  /// The node below the pinned levels on the way to `key`, and its level.
+  @inline(__always)
+  func below(_ key: UnsafeRawBufferPointer) -> (ref: NodeRef, level: Int) {
+    let i = root.childIndex(for: key)
+    guard !children.isEmpty else { return (root.children[i], root.level - 1) }
+    let b = children[i]
+    return (b.children[b.childIndex(for: key)], b.level - 1)
   }
 }
 
@@ -105,7 +152,13 @@ extension TreeRoot {
   func leaf(for key: [UInt8], _ ctx: TreeContext) throws -> (leaf: LeafNode, index: Int)? {
     guard let root else { return nil }
     return try key.withUnsafeBytes { k -> (LeafNode, Int)? in
-      var node = try rootNode(root, ctx)
+      var node: Node
+      if let pinned {
+        let (ref, level) = pinned.below(k)
+        node = try ctx.resolve(ref, level: level)
+      } else {
+        node = try ctx.resolve(root, level: height - 1)
+      }
       while true {
         switch node {
         case .leaf(let leaf):

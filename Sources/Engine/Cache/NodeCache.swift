@@ -34,6 +34,8 @@ final class NodeCache: @unchecked Sendable {
   private let shards: UnsafeMutablePointer<Shard>
   private let shardBudget: Int
   private static let shardCount = 16
+  /// The byte budget the cache was made with.
+  let capacity: Int
 
   init(capacity: Int) {
     locks = (0..<Self.shardCount).map { _ in Lock() }
@@ -44,6 +46,7 @@ final class NodeCache: @unchecked Sendable {
       (shards + i).initialize(to: Shard(slots: slots, capacity: 64))
     }
     shardBudget = Swift.max(0, capacity / Self.shardCount)
+    self.capacity = capacity
   }
 
   deinit {

@@ -1,0 +1,88 @@
+import Testing
+
+@testable import Engine
+
+/// An on-disk tree keeps its root branch, and the root's children when they
+/// are branches, decoded: a point read then looks up two levels fewer in the
+/// node cache (in a three-level tree, only its leaf). The cache counters
+/// show how many lookups a read made.
+@Suite struct PinnedTopTests {
+  static let keyspace = "ks"
+  static let keys = 20_000
+
+  static func value(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(i & 0xFF), count: 16) }
+
+  /// A store of `keys` keys in 512-byte nodes: four levels.
+  static func open(_ fs: MemoryFileSystem, cacheSize: Int = 64 << 20) throws -> Database {
+    var options = memoryOptions(fs, nodeSize: 512)
+    options.cacheSize = cacheSize
+    return try Database.open(at: "/pinned", options: options)
+  }
+
+  static func fill(_ db: Database) throws {
+    try db.write { tx in
+      for i in 0..<keys { try tx.put(key(i), value(i), in: keyspace) }
+    }
+    try db.checkpoint()
+  }
+
+  /// Cache lookups made by reading `count` keys, checking every value.
+  static func lookupsPerRead(_ db: Database, step: Int = 97) throws -> Double {
+    let snapshot = try db.snapshot()
+    let before = db.statistics.nodeCacheHits + db.statistics.nodeCacheMisses
+    var reads = 0
+    for i in stride(from: 0, to: keys, by: step) {
+      #expect(try snapshot.get(key(i), in: keyspace) == value(i))
+      reads += 1
+    }
+    #expect(try snapshot.get(key(keys + 1), in: keyspace) == nil)
+    reads += 1
+    let after = db.statistics.nodeCacheHits + db.statistics.nodeCacheMisses
+    return Double(after - before) / Double(reads)
+  }
+
+  @Test func aCheckpointedTreeLooksUpTwoLevelsFewerInTheCache() throws {
+    let fs = MemoryFileSystem()
+    let db = try Self.open(fs)
+    try Self.fill(db)
+    let tree = try #require(try db.snapshot().version.tree(Self.keyspace))
+    #expect(tree.height == 4)
+    let pinned = try #require(tree.pinned)
+    #expect(pinned.children.count == pinned.root.childCount)
+    #expect(try Self.lookupsPerRead(db) == 2)
+
+    // A write replaces the root: nothing is pinned until the next checkpoint.
+    try db.write { try $0.put(key(5), [1], in: Self.keyspace) }
+    #expect(try db.snapshot().version.tree(Self.keyspace)?.pinned == nil)
+    try db.checkpoint()
+    #expect(try db.snapshot().get(key(5), in: Self.keyspace) == [1])
+    try db.write { try $0.put(key(5), Self.value(5), in: Self.keyspace) }
+    try db.checkpoint()
+    #expect(try Self.lookupsPerRead(db) == 2)
+
+    // Recovery pins too, and so does compaction.
+    try db.close()
+    let reopened = try Self.open(fs)
+    #expect(try Self.lookupsPerRead(reopened) == 2)
+    try reopened.compact()
+    #expect(try Self.lookupsPerRead(reopened) == 2)
+    let cursor = try reopened.snapshot().cursor(in: Self.keyspace)
+    var n = 0
+    while let e = try cursor.next() {
+      #expect(e.key == key(n) && e.value == Self.value(n))
+      n += 1
+    }
+    #expect(n == Self.keys)
+    try reopened.close()
+  }
+
+  @Test func aSmallCacheKeepsOnlyTheRootPinned() throws {
+    // With a 64 KiB cache, the root's children exceed an eighth of it.
+    let db = try Self.open(MemoryFileSystem(), cacheSize: 64 << 10)
+    try Self.fill(db)
+    let pinned = try #require(try db.snapshot().version.tree(Self.keyspace)?.pinned)
+    #expect(pinned.children.isEmpty)
+    #expect(try Self.lookupsPerRead(db) == 3)
+    try db.close()
+  }
+}
