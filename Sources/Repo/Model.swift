@@ -83,21 +83,23 @@ public struct Index<Model>: @unchecked Sendable {
     self.unique = unique
     self.keyPaths = paths
     self.encode = { model in
-      var bytes: [UInt8] = []
-      for part in parts { bytes += try part.encode(model) }
-      return bytes
+      // One encoder for every part: the key is built in one array.
+      let e = KeyEncoder()
+      for part in parts { try part.encode(model, e) }
+      return e.bytes
     }
     self.encodeComponent = parts.map(\.encodeConstant)
   }
 
   private struct Component {
-    var encode: (Model) throws -> [UInt8]
+    /// Appends the part's encoding to the encoder.
+    var encode: (Model, KeyEncoder) throws -> Void
     var encodeConstant: (Any) throws -> [UInt8]?
   }
 
   private static func component<V: Encodable>(_ keyPath: KeyPath<Model, V>) -> Component {
     Component(
-      encode: { try KeyEncoding.encode($0[keyPath: keyPath]) },
+      encode: { model, e in try e.encode(model[keyPath: keyPath]) },
       encodeConstant: { value in
         guard let v = value as? V else { return nil }
         return try KeyEncoding.encode(v)

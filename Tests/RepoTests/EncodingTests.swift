@@ -119,6 +119,27 @@ import Testing
     }
   }
 
+  /// The bytes of FORMAT.md §9.3, spelled out: index entries on disk depend
+  /// on them, so any change to the encoder must show here.
+  @Test func keyBytesAreTheFormats() throws {
+    let zeros = [UInt8](repeating: 0, count: 7)
+    #expect(try KeyEncoding.encode(1) == [1, 0x80] + zeros.dropLast() + [1])
+    #expect(try KeyEncoding.encode(Int8(-1)) == [1, 0x7F] + [UInt8](repeating: 0xFF, count: 7))
+    #expect(try KeyEncoding.encode(Int32(2)) == [1, 0x80] + zeros.dropLast() + [2])
+    #expect(try KeyEncoding.encode(UInt8(7)) == [1] + zeros + [7])
+    #expect(try KeyEncoding.encode(UInt(1 << 8)) == [1] + zeros.dropLast() + [1, 0])
+    #expect(try KeyEncoding.encode(true) == [1, 1])
+    #expect(try KeyEncoding.encode(-1.0) == [1, 0x40, 0x0F] + [UInt8](repeating: 0xFF, count: 6))
+    #expect(try KeyEncoding.encode(Float(2)) == [1, 0xC0] + zeros)
+    #expect(try KeyEncoding.encode(Date(timeIntervalSinceReferenceDate: 0)) == [1, 0x80] + zeros)
+    #expect(try KeyEncoding.encode("a\u{0}") == [1, 0x61, 0, 0xFF, 0, 0])
+    #expect(try KeyEncoding.encode(Data([0, 1])) == [1, 0, 0xFF, 1, 0, 0])
+    let uuid = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
+    #expect(try KeyEncoding.encode(uuid) == [1] + (1...16).map { UInt8($0) })
+    #expect(try KeyEncoding.encode(Int?.none) == [0])
+    #expect(try KeyEncoding.encode(Int?(3)) == [1, 0x80] + zeros.dropLast() + [3])
+  }
+
   @Test func unorderedCollectionsAreRejected() {
     #expect { _ = try KeyEncoding.encode(["a": 1]) } throws: { ($0 as? RepoError)?.code == .unsupportedKey }
     #expect { _ = try KeyEncoding.encode(Set([1, 2])) } throws: { ($0 as? RepoError)?.code == .unsupportedKey }

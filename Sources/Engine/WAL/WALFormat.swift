@@ -50,14 +50,17 @@ struct WALRecordBuilder {
   /// Payload bytes so far.
   var size: Int { WALLayout.minimumPayload + namesSize + ops.count }
 
-  /// The last keyspace looked up: transactions mostly write one keyspace
-  /// many times, and comparing a name is cheaper than hashing it.
-  private var last: (name: String, index: UInt16)?
+  /// A transaction names few keyspaces (a repository writes a model's
+  /// records and its indexes, alternately): up to this many, comparing the
+  /// names in order beats hashing one.
+  private static let scannedNames = 8
 
   private mutating func index(_ keyspace: String) -> UInt16 {
-    if let last, last.name == keyspace { return last.index }
-    defer { last = (keyspace, nameIndex[keyspace]!) }
-    if let i = nameIndex[keyspace] { return i }
+    if names.count <= Self.scannedNames {
+      for i in names.indices where names[i] == keyspace { return UInt16(i) }
+    } else if let i = nameIndex[keyspace] {
+      return i
+    }
     let i = UInt16(names.count)
     names.append(keyspace)
     nameIndex[keyspace] = i

@@ -51,37 +51,73 @@ final class KeyEncoder {
     bytes.append(0)
   }
 
+  /// Appends `value`'s key encoding.
+  ///
+  /// Known types are recognized by comparing metatypes, then reinterpreted:
+  /// a chain of `as?` casts costs a runtime cast call per case, and this
+  /// runs for every index entry a write maintains.
   func encode<T: Encodable>(_ value: T) throws {
-    switch value {
-    case let v as Int: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
-    case let v as String:
+    if T.self == Int.self {
+      signed(Int64(unsafeBitCast(value, to: Int.self)))
+    } else if T.self == String.self {
       present()
+      let v = unsafeBitCast(value, to: String.self)
       // Swift compares strings by canonical equivalence: in NFC, equal
       // strings have equal bytes and byte order is their order. ASCII is
       // already NFC.
       var s = v.utf8.allSatisfy { $0 < 0x80 } ? v : v.precomposedStringWithCanonicalMapping
       s.withUTF8 { escaped($0) }
-    case let v as UUID:
+    } else if T.self == Date.self {
       present()
-      withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
-    case let v as Date: present(); big(KeyEncoding.orderedDouble(v.timeIntervalSinceReferenceDate))
-    case let v as Double: present(); big(KeyEncoding.orderedDouble(v))
-    case let v as Bool: present(); bytes.append(v ? 1 : 0)
-    case let v as Float: present(); big(KeyEncoding.orderedDouble(Double(v)))
-    case let v as Int64: present(); big(UInt64(bitPattern: v) ^ (1 << 63))
-    case let v as Int32: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
-    case let v as Int16: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
-    case let v as Int8: present(); big(UInt64(bitPattern: Int64(v)) ^ (1 << 63))
-    case let v as UInt: present(); big(UInt64(v))
-    case let v as UInt64: present(); big(v)
-    case let v as UInt32: present(); big(UInt64(v))
-    case let v as UInt16: present(); big(UInt64(v))
-    case let v as UInt8: present(); big(UInt64(v))
-    case let v as Data: present(); escaped(v)
-    case is any UnorderedCollection:
+      big(KeyEncoding.orderedDouble(unsafeBitCast(value, to: Date.self).timeIntervalSinceReferenceDate))
+    } else if T.self == UUID.self {
+      present()
+      withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { bytes.append(contentsOf: $0) }
+    } else if T.self == Double.self {
+      present()
+      big(KeyEncoding.orderedDouble(unsafeBitCast(value, to: Double.self)))
+    } else if T.self == Bool.self {
+      present()
+      bytes.append(unsafeBitCast(value, to: Bool.self) ? 1 : 0)
+    } else if T.self == Float.self {
+      present()
+      big(KeyEncoding.orderedDouble(Double(unsafeBitCast(value, to: Float.self))))
+    } else if T.self == Int64.self {
+      signed(unsafeBitCast(value, to: Int64.self))
+    } else if T.self == Int32.self {
+      signed(Int64(unsafeBitCast(value, to: Int32.self)))
+    } else if T.self == Int16.self {
+      signed(Int64(unsafeBitCast(value, to: Int16.self)))
+    } else if T.self == Int8.self {
+      signed(Int64(unsafeBitCast(value, to: Int8.self)))
+    } else if T.self == UInt.self {
+      unsigned(UInt64(unsafeBitCast(value, to: UInt.self)))
+    } else if T.self == UInt64.self {
+      unsigned(unsafeBitCast(value, to: UInt64.self))
+    } else if T.self == UInt32.self {
+      unsigned(UInt64(unsafeBitCast(value, to: UInt32.self)))
+    } else if T.self == UInt16.self {
+      unsigned(UInt64(unsafeBitCast(value, to: UInt16.self)))
+    } else if T.self == UInt8.self {
+      unsigned(UInt64(unsafeBitCast(value, to: UInt8.self)))
+    } else if T.self == Data.self {
+      present()
+      escaped(unsafeBitCast(value, to: Data.self))
+    } else if value is any UnorderedCollection {
       throw RepoError(.unsupportedKey, "a \(T.self) has no fixed order, so it cannot be part of a key or an index")
-    default: try value.encode(to: KeyValueEncoder(encoder: self))
+    } else {
+      try value.encode(to: KeyValueEncoder(encoder: self))
     }
+  }
+
+  @inline(__always) private func signed(_ v: Int64) {
+    present()
+    big(UInt64(bitPattern: v) ^ (1 << 63))
+  }
+
+  @inline(__always) private func unsigned(_ v: UInt64) {
+    present()
+    big(v)
   }
 
   @inline(__always) func present() { bytes.append(1) }
@@ -107,6 +143,13 @@ struct KeyedKeyEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
   mutating func encodeNil(forKey key: Key) throws { encoder.null() }
   mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws { try encoder.encode(value) }
   mutating func encodeIfPresent<T: Encodable>(_ value: T?, forKey key: Key) throws {
+    if let value { try encoder.encode(value) } else { encoder.null() }
+  }
+  // A struct's optional fields come through these concrete forms, whose
+  // default implementations write nothing for nil: a key must write the nil
+  // marker, or (nil, 5) and (5, nil) would share one encoding.
+
+  private func optional<T: Encodable>(_ value: T?) throws {
     if let value { try encoder.encode(value) } else { encoder.null() }
   }
   mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
