@@ -138,6 +138,43 @@ import Testing
     #expect(try KeyEncoding.encode(uuid) == [1] + (1...16).map { UInt8($0) })
     #expect(try KeyEncoding.encode(Int?.none) == [0])
     #expect(try KeyEncoding.encode(Int?(3)) == [1, 0x80] + zeros.dropLast() + [3])
+    struct Pair: Codable {
+      var a: Bool
+      var b: String?
+    }
+    #expect(try KeyEncoding.encode(Pair(a: false, b: nil)) == [1, 0, 0])
+    #expect(try KeyEncoding.encode(Pair(a: true, b: "")) == [1, 1, 1, 0, 0])
+  }
+
+  /// A struct's nil fields write the nil marker, whatever their type (each
+  /// concrete optional type reaches the encoder through its own method): an
+  /// encoding that skipped them would give (nil, 5) and (5, nil) one key.
+  @Test func nilFieldsOfAStructKeepKeysApart() throws {
+    func distinct<P: OptionalPair>(_: P.Type, _ v: P.V, _ w: P.V) throws {
+      let keys = try [P(a: nil, b: v), P(a: v, b: nil), P(a: nil, b: nil), P(a: v, b: w)].map {
+        try KeyEncoding.encode($0)
+      }
+      #expect(Set(keys).count == 4, "\(P.self): \(keys)")
+      // nil sorts first in each field.
+      #expect(keys[2].lexicographicallyPrecedes(keys[0]) && keys[0].lexicographicallyPrecedes(keys[1]))
+      let back = try KeyEncoding.decode(P.self, from: keys[0])
+      #expect(back.a == nil && back.b == v)
+    }
+    try distinct(PairOf.Bool.self, true, false)
+    try distinct(PairOf.String.self, "x", "")
+    try distinct(PairOf.Double.self, 1.5, -2)
+    try distinct(PairOf.Float.self, 1.5, 0)
+    try distinct(PairOf.Int.self, 5, 6)
+    try distinct(PairOf.Int8.self, 5, -6)
+    try distinct(PairOf.Int16.self, 5, 6)
+    try distinct(PairOf.Int32.self, 5, 6)
+    try distinct(PairOf.Int64.self, 5, 6)
+    try distinct(PairOf.UInt.self, 5, 6)
+    try distinct(PairOf.UInt8.self, 5, 6)
+    try distinct(PairOf.UInt16.self, 5, 6)
+    try distinct(PairOf.UInt32.self, 5, 6)
+    try distinct(PairOf.UInt64.self, 5, 6)
+    try distinct(PairOf.Date.self, Date(timeIntervalSince1970: 5), Date(timeIntervalSince1970: 6))
   }
 
   @Test func unorderedCollectionsAreRejected() {
@@ -173,4 +210,31 @@ import Testing
     let c = CompiledPredicate(#Predicate<Rec> { $0.score > 1_000 }, exact: true)
     #expect(try c(Self.records[0]))
   }
+}
+
+/// Structs of two optional fields, one per type: synthesized `encode(to:)`
+/// calls the concrete `encodeIfPresent` of each field's type.
+protocol OptionalPair: Codable {
+  associatedtype V: Equatable
+  init(a: V?, b: V?)
+  var a: V? { get }
+  var b: V? { get }
+}
+
+enum PairOf {
+  struct Bool: OptionalPair { var a: Swift.Bool?, b: Swift.Bool? }
+  struct String: OptionalPair { var a: Swift.String?, b: Swift.String? }
+  struct Double: OptionalPair { var a: Swift.Double?, b: Swift.Double? }
+  struct Float: OptionalPair { var a: Swift.Float?, b: Swift.Float? }
+  struct Int: OptionalPair { var a: Swift.Int?, b: Swift.Int? }
+  struct Int8: OptionalPair { var a: Swift.Int8?, b: Swift.Int8? }
+  struct Int16: OptionalPair { var a: Swift.Int16?, b: Swift.Int16? }
+  struct Int32: OptionalPair { var a: Swift.Int32?, b: Swift.Int32? }
+  struct Int64: OptionalPair { var a: Swift.Int64?, b: Swift.Int64? }
+  struct UInt: OptionalPair { var a: Swift.UInt?, b: Swift.UInt? }
+  struct UInt8: OptionalPair { var a: Swift.UInt8?, b: Swift.UInt8? }
+  struct UInt16: OptionalPair { var a: Swift.UInt16?, b: Swift.UInt16? }
+  struct UInt32: OptionalPair { var a: Swift.UInt32?, b: Swift.UInt32? }
+  struct UInt64: OptionalPair { var a: Swift.UInt64?, b: Swift.UInt64? }
+  struct Date: OptionalPair { var a: Foundation.Date?, b: Foundation.Date? }
 }

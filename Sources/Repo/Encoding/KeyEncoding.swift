@@ -148,6 +148,20 @@ struct KeyedKeyEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
   // A struct's optional fields come through these concrete forms, whose
   // default implementations write nothing for nil: a key must write the nil
   // marker, or (nil, 5) and (5, nil) would share one encoding.
+  mutating func encodeIfPresent(_ value: Bool?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: String?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Double?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Float?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Int?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Int8?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Int16?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Int32?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: Int64?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: UInt?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: UInt8?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: UInt16?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: UInt32?, forKey key: Key) throws { try optional(value) }
+  mutating func encodeIfPresent(_ value: UInt64?, forKey key: Key) throws { try optional(value) }
 
   private func optional<T: Encodable>(_ value: T?) throws {
     if let value { try encoder.encode(value) } else { encoder.null() }
