@@ -19,7 +19,7 @@ struct Plan<M>: CustomStringConvertible {
   /// (then counting needs no record).
   var exact: Bool
   /// The conditions the range uses, for explain().
-  var used: [String]
+  var used: [UsedCondition]
 
   var description: String {
     let how: String
@@ -33,11 +33,21 @@ struct Plan<M>: CustomStringConvertible {
         + (i.index.unique ? " [unique]" : "")
     }
     var parts = [how]
-    if !used.isEmpty { parts.append("using " + used.joined(separator: " && ")) }
+    if !used.isEmpty { parts.append("using " + used.map(\.description).joined(separator: " && ")) }
     parts.append(exact ? "no filter" : "then filter")
     parts.append(ordered ? "in sort order" : "then sort")
     return parts.joined(separator: ", ")
   }
+}
+
+/// A condition a plan's range uses. Its text is made only when a plan is
+/// described: naming a key path means describing it, which cost a tenth of
+/// a small indexed fetch when every plan did it.
+struct UsedCondition: CustomStringConvertible {
+  let keyPath: AnyKeyPath
+  let op: Condition.Op
+
+  var description: String { "\(Planner.name(keyPath)) \(op) …" }
 }
 
 private func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
@@ -103,16 +113,16 @@ enum Planner {
     for resolved in space.indexes where built.contains(resolved.index.name) {
       let index = resolved.index
       var prefix: [UInt8] = []
-      var used: [String] = []
+      var used: [UsedCondition] = []
       var consumed = 0
-      var rangePart: (range: KeyRange, used: [String], isEquality: Bool)?
+      var rangePart: (range: KeyRange, used: [UsedCondition], isEquality: Bool)?
       for (i, path) in index.keyPaths.enumerated() {
         let mine = conditions.filter { $0.keyPath == path }
         guard !mine.isEmpty else { break }
         if let eq = mine.first(where: { $0.op == .equal }), let bytes = (try? index.encodeComponent[i](eq.value)) ?? nil
         {
           prefix += bytes
-          used.append("\(name(path)) == …")
+          used.append(UsedCondition(keyPath: path, op: .equal))
           consumed += 1
           continue
         }
@@ -172,10 +182,10 @@ enum Planner {
   /// it (the property itself), which Swift does not consider equal. Either
   /// way it yields `model.id`, the value records are keyed by.
   static func isID<M: Identifiable>(_ keyPath: AnyKeyPath, _: M.Type) -> Bool {
-    if keyPath == (\M.id as AnyKeyPath) { return true }
-    // Describing a key path costs microseconds; each is worked out once.
+    // Forming `\M.id` in generic code and describing a key path each cost
+    // microseconds: each key path is worked out once.
     if let known = idPaths.lookup(keyPath) { return known }
-    let answer = describesID(keyPath, M.self)
+    let answer = keyPath == (\M.id as AnyKeyPath) || describesID(keyPath, M.self)
     idPaths.store(keyPath, answer)
     return answer
   }
@@ -190,11 +200,11 @@ enum Planner {
 
   /// The key range the conditions on one component select, after `prefix`.
   static func range(_ conditions: [Condition], prefix: [UInt8], encode: (Any) throws -> [UInt8]?) -> (
-    range: KeyRange, used: [String], isEquality: Bool
+    range: KeyRange, used: [UsedCondition], isEquality: Bool
   )? {
     var lower: [UInt8]? = prefix.isEmpty ? nil : prefix
     var upper: [UInt8]? = KeyRange.successor(ofPrefix: prefix)
-    var used: [String] = []
+    var used: [UsedCondition] = []
     // Present values only: a nil sorts first (marker 0x00) and never compares.
     func raise(_ candidate: [UInt8]) {
       if lower == nil || candidate.lexicographicallyPrecedes(lower!) == false { lower = candidate }
@@ -218,7 +228,7 @@ enum Planner {
       case .greater: if let s = KeyRange.successor(ofPrefix: full) { raise(s) }
       case .greaterOrEqual: raise(full)
       }
-      used.append("\(name(c.keyPath)) \(c.op) …")
+      used.append(UsedCondition(keyPath: c.keyPath, op: c.op))
     }
     guard !used.isEmpty else { return nil }
     let r = KeyRange(from: lower, to: upper)
