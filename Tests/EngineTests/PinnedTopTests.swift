@@ -12,7 +12,7 @@ import Testing
 
   static func value(_ i: Int) -> [UInt8] { [UInt8](repeating: UInt8(i & 0xFF), count: 16) }
 
-  /// A store of `keys` keys in 512-byte nodes: four levels.
+  /// A store of `keys` keys in 512-byte nodes: three levels or more.
   static func open(_ fs: MemoryFileSystem, cacheSize: Int = 64 << 20) throws -> Database {
     var options = memoryOptions(fs, nodeSize: 512)
     options.cacheSize = cacheSize
@@ -46,10 +46,11 @@ import Testing
     let db = try Self.open(fs)
     try Self.fill(db)
     let tree = try #require(try db.snapshot().version.tree(Self.keyspace))
-    #expect(tree.height == 4)
+    #expect(tree.height >= 3)
     let pinned = try #require(tree.pinned)
     #expect(pinned.children.count == pinned.root.childCount)
-    #expect(try Self.lookupsPerRead(db) == 2)
+    let fewer = Double(tree.height - 2)
+    #expect(try Self.lookupsPerRead(db) == fewer)
 
     // A write replaces the root: nothing is pinned until the next checkpoint.
     try db.write { try $0.put(key(5), [1], in: Self.keyspace) }
@@ -58,14 +59,14 @@ import Testing
     #expect(try db.snapshot().get(key(5), in: Self.keyspace) == [1])
     try db.write { try $0.put(key(5), Self.value(5), in: Self.keyspace) }
     try db.checkpoint()
-    #expect(try Self.lookupsPerRead(db) == 2)
+    #expect(try Self.lookupsPerRead(db) == fewer)
 
     // Recovery pins too, and so does compaction.
     try db.close()
     let reopened = try Self.open(fs)
-    #expect(try Self.lookupsPerRead(reopened) == 2)
+    #expect(try Self.lookupsPerRead(reopened) == fewer)
     try reopened.compact()
-    #expect(try Self.lookupsPerRead(reopened) == 2)
+    #expect(try Self.lookupsPerRead(reopened) == fewer)
     let cursor = try reopened.snapshot().cursor(in: Self.keyspace)
     var n = 0
     while let e = try cursor.next() {
@@ -80,9 +81,11 @@ import Testing
     // With a 64 KiB cache, the root's children exceed an eighth of it.
     let db = try Self.open(MemoryFileSystem(), cacheSize: 64 << 10)
     try Self.fill(db)
-    let pinned = try #require(try db.snapshot().version.tree(Self.keyspace)?.pinned)
+    let tree = try #require(try db.snapshot().version.tree(Self.keyspace))
+    #expect(tree.height >= 3)
+    let pinned = try #require(tree.pinned)
     #expect(pinned.children.isEmpty)
-    #expect(try Self.lookupsPerRead(db) == 3)
+    #expect(try Self.lookupsPerRead(db) == Double(tree.height - 1))
     try db.close()
   }
 }

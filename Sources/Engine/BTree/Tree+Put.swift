@@ -12,7 +12,7 @@ extension TreeRoot {
       return true
     }
     let node = try ctx.resolve(root, level: height - 1)
-    let result = try Self.put(key, value, into: node, ctx)
+    let result = try Self.put(key, value, into: node, rightmost: true, ctx)
     if let (separator, right) = result.split {
       let branch = BranchNode(
         owner: ctx.owner, level: height, keys: PackedKeys([separator]),
@@ -27,16 +27,25 @@ extension TreeRoot {
     return result.inserted
   }
 
-  private static func put(_ key: [UInt8], _ value: LeafValue, into node: Node, _ ctx: TreeContext) throws -> (
-    node: Node, split: ([UInt8], Node)?, inserted: Bool
-  ) {
+  /// `rightmost`: `node` is the last node of its level, so a key after all
+  /// of its keys is after every key in the tree.
+  ///
+  /// A full node splits in halves, except when a key is appended after
+  /// every key of the tree (a sorted load, ids that only grow): then it
+  /// splits right there, the full node stays full and the new one takes the
+  /// keys that follow. Halves would leave every node of a sorted load half
+  /// empty: twice the nodes to split, write and read.
+  private static func put(
+    _ key: [UInt8], _ value: LeafValue, into node: Node, rightmost: Bool, _ ctx: TreeContext
+  ) throws -> (node: Node, split: ([UInt8], Node)?, inserted: Bool) {
     switch node {
     case .leaf(let leaf):
       let w = ctx.writable(leaf)
       let (i, found) = w.find(key)
       if found { w.setValue(value, at: i) } else { w.insert(key, value, at: i) }
       if w.encodedSize > ctx.nodeSize && w.count > 1 {
-        let right = w.splitOff(from: w.splitIndex(), owner: ctx.owner)
+        let appended = rightmost && !found && i == w.count - 1
+        let right = w.splitOff(from: appended ? i : w.splitIndex(), owner: ctx.owner)
         let separator = shortestSeparator(after: w.key(at: w.count - 1), upTo: right.key(at: 0))
         return (.leaf(w), (separator, .leaf(right)), !found)
       }
@@ -45,7 +54,8 @@ extension TreeRoot {
     case .branch(let branch):
       let i = branch.childIndex(for: key)
       let child = try ctx.resolve(branch.children[i], level: branch.level - 1)
-      let result = try put(key, value, into: child, ctx)
+      let last = rightmost && i == branch.childCount - 1
+      let result = try put(key, value, into: child, rightmost: last, ctx)
       let w = ctx.writable(branch)
       if let (separator, right) = result.split {
         w.setChild(i, .memory(result.node), count: result.node.keyCount)
@@ -54,7 +64,9 @@ extension TreeRoot {
         w.setChild(i, .memory(result.node), count: w.counts[i].plusClamped(result.inserted ? 1 : 0))
       }
       if w.encodedSize > ctx.branchSize && w.childCount > 2 {
-        let (separator, right) = w.splitOff(from: w.splitIndex(), owner: ctx.owner)
+        // The new last child alone, after a split at the end below.
+        let appended = last && result.split != nil
+        let (separator, right) = w.splitOff(from: appended ? w.childCount - 1 : w.splitIndex(), owner: ctx.owner)
         return (.branch(w), (separator, .branch(right)), result.inserted)
       }
       return (.branch(w), nil, result.inserted)
