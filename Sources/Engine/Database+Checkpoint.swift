@@ -66,10 +66,10 @@ extension Database {
     var clean: [String: TreeRoot] = [:]
     for (name, tree) in committedTrees {
       var t = tree
-      if let root = tree.root {
-        t.root = .disk(try writer.write(root))
-        t.pin(store)
-      }
+      if case .memory(let root) = tree.root { t.root = .disk(try writer.write(.memory(root))) }
+      // A tree unchanged since the last checkpoint keeps its pinned top:
+      // pinning it again would reread its top levels for nothing.
+      if t.pinned == nil { t.pin(store) }
       clean[name] = t
     }
     let (offset, checkpoint) = try writer.commit(clean, sequence: lastSequence, previous: lastCommitOffset)

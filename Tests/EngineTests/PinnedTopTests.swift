@@ -52,6 +52,11 @@ import Testing
     let fewer = Double(tree.height - 2)
     #expect(try Self.lookupsPerRead(db) == fewer)
 
+    // A checkpoint that did not change the tree keeps its pin as it is.
+    try db.write { try $0.put([1], [1], in: "other") }
+    try db.checkpoint()
+    #expect(try db.snapshot().version.tree(Self.keyspace)?.pinned === pinned)
+
     // A write replaces the root: nothing is pinned until the next checkpoint.
     try db.write { try $0.put(key(5), [1], in: Self.keyspace) }
     #expect(try db.snapshot().version.tree(Self.keyspace)?.pinned == nil)
