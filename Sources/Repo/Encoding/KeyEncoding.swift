@@ -35,7 +35,7 @@ public enum KeyEncoding {
   }
 }
 
-final class KeyEncoder {
+final class KeyEncoder: PrimitiveWriter {
   var bytes: [UInt8] = []
 
   @inline(__always) func big<T: FixedWidthInteger>(_ v: T) {
@@ -51,73 +51,51 @@ final class KeyEncoder {
     bytes.append(0)
   }
 
-  /// Appends `value`'s key encoding.
-  ///
-  /// Known types are recognized by comparing metatypes, then reinterpreted:
-  /// a chain of `as?` casts costs a runtime cast call per case, and this
-  /// runs for every index entry a write maintains.
+  /// Appends `value`'s key encoding. Primitives (see ``PrimitiveWriter``)
+  /// are written directly, anything else through its `encode(to:)`.
   func encode<T: Encodable>(_ value: T) throws {
-    if T.self == Int.self {
-      signed(Int64(unsafeBitCast(value, to: Int.self)))
-    } else if T.self == String.self {
-      present()
-      let v = unsafeBitCast(value, to: String.self)
-      // Swift compares strings by canonical equivalence: in NFC, equal
-      // strings have equal bytes and byte order is their order. ASCII is
-      // already NFC.
-      var s = v.utf8.allSatisfy { $0 < 0x80 } ? v : v.precomposedStringWithCanonicalMapping
-      s.withUTF8 { escaped($0) }
-    } else if T.self == Date.self {
-      present()
-      big(KeyEncoding.orderedDouble(unsafeBitCast(value, to: Date.self).timeIntervalSinceReferenceDate))
-    } else if T.self == UUID.self {
-      present()
-      withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { bytes.append(contentsOf: $0) }
-    } else if T.self == Double.self {
-      present()
-      big(KeyEncoding.orderedDouble(unsafeBitCast(value, to: Double.self)))
-    } else if T.self == Bool.self {
-      present()
-      bytes.append(unsafeBitCast(value, to: Bool.self) ? 1 : 0)
-    } else if T.self == Float.self {
-      present()
-      big(KeyEncoding.orderedDouble(Double(unsafeBitCast(value, to: Float.self))))
-    } else if T.self == Int64.self {
-      signed(unsafeBitCast(value, to: Int64.self))
-    } else if T.self == Int32.self {
-      signed(Int64(unsafeBitCast(value, to: Int32.self)))
-    } else if T.self == Int16.self {
-      signed(Int64(unsafeBitCast(value, to: Int16.self)))
-    } else if T.self == Int8.self {
-      signed(Int64(unsafeBitCast(value, to: Int8.self)))
-    } else if T.self == UInt.self {
-      unsigned(UInt64(unsafeBitCast(value, to: UInt.self)))
-    } else if T.self == UInt64.self {
-      unsigned(unsafeBitCast(value, to: UInt64.self))
-    } else if T.self == UInt32.self {
-      unsigned(UInt64(unsafeBitCast(value, to: UInt32.self)))
-    } else if T.self == UInt16.self {
-      unsigned(UInt64(unsafeBitCast(value, to: UInt16.self)))
-    } else if T.self == UInt8.self {
-      unsigned(UInt64(unsafeBitCast(value, to: UInt8.self)))
-    } else if T.self == Data.self {
-      present()
-      escaped(unsafeBitCast(value, to: Data.self))
-    } else if value is any UnorderedCollection {
+    guard !writePrimitive(value) else { return }
+    if value is any UnorderedCollection {
       throw RepoError(.unsupportedKey, "a \(T.self) has no fixed order, so it cannot be part of a key or an index")
-    } else {
-      try value.encode(to: KeyValueEncoder(encoder: self))
     }
+    try value.encode(to: KeyValueEncoder(encoder: self))
   }
 
-  @inline(__always) private func signed(_ v: Int64) {
+  // MARK: PrimitiveWriter: the marker of a present value, then the payload.
+
+  func write(string v: String) {
+    present()
+    // Swift compares strings by canonical equivalence: in NFC, equal
+    // strings have equal bytes and byte order is their order. ASCII is
+    // already NFC.
+    var s = v.utf8.allSatisfy { $0 < 0x80 } ? v : v.precomposedStringWithCanonicalMapping
+    s.withUTF8 { escaped($0) }
+  }
+  func write(int v: Int64) {
     present()
     big(UInt64(bitPattern: v) ^ (1 << 63))
   }
-
-  @inline(__always) private func unsigned(_ v: UInt64) {
+  func write(uint v: UInt64) {
     present()
     big(v)
+  }
+  func write(bool v: Bool) {
+    present()
+    bytes.append(v ? 1 : 0)
+  }
+  func write(double v: Double) {
+    present()
+    big(KeyEncoding.orderedDouble(v))
+  }
+  func write(float v: Float) { write(double: Double(v)) }
+  func write(date v: Date) { write(double: v.timeIntervalSinceReferenceDate) }
+  func write(uuid v: UUID) {
+    present()
+    withUnsafeBytes(of: v.uuid) { bytes.append(contentsOf: $0) }
+  }
+  func write(data v: Data) {
+    present()
+    escaped(v)
   }
 
   @inline(__always) func present() { bytes.append(1) }

@@ -112,7 +112,7 @@ struct ByteBuffer {
 }
 
 /// Encodes a Codable value into the record encoding.
-final class RecordEncoder {
+final class RecordEncoder: PrimitiveWriter {
   // Not checked at run time: an encoder lives inside one encode call, on one
   // thread, and the checks cost a quarter of encoding.
   @exclusivity(unchecked) var buffer = ByteBuffer(capacity: 256)
@@ -158,8 +158,7 @@ final class RecordEncoder {
 
   /// Writes one value (tag and payload).
   ///
-  /// Primitives are recognized by comparing metatypes, then reinterpreted:
-  /// a chain of `as?` casts costs a runtime cast call per case.
+  /// Primitives (see ``PrimitiveWriter``) are written directly.
   ///
   /// A value with containers of its own gets a new `RecordValueEncoder`,
   /// or `reusable` (reset) when given: the top-level one is kept from record
@@ -167,59 +166,16 @@ final class RecordEncoder {
   func encodeValue<T: Encodable>(
     _ value: T, codingPath: [any CodingKey], reusing reusable: RecordValueEncoder? = nil
   ) throws {
-    if T.self == String.self {
-      buffer.byte(RecordTag.string.rawValue)
-      buffer.string(unsafeBitCast(value, to: String.self))
-    } else if T.self == Int.self {
-      encodeInt(Int64(unsafeBitCast(value, to: Int.self)))
-    } else if T.self == Bool.self {
-      buffer.byte(unsafeBitCast(value, to: Bool.self) ? RecordTag.true.rawValue : RecordTag.false.rawValue)
-    } else if T.self == Double.self {
-      buffer.byte(RecordTag.double.rawValue)
-      buffer.fixed(unsafeBitCast(value, to: Double.self).bitPattern)
-    } else if T.self == Date.self {
-      buffer.byte(RecordTag.date.rawValue)
-      buffer.fixed(unsafeBitCast(value, to: Date.self).timeIntervalSinceReferenceDate.bitPattern)
-    } else if T.self == UUID.self {
-      buffer.byte(RecordTag.uuid.rawValue)
-      withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { buffer.append($0) }
-    } else if T.self == Data.self {
-      let v = unsafeBitCast(value, to: Data.self)
-      buffer.byte(RecordTag.data.rawValue)
-      buffer.varint(UInt64(v.count))
-      v.withUnsafeBytes { buffer.append($0) }
-    } else if T.self == Float.self {
-      buffer.byte(RecordTag.float.rawValue)
-      buffer.fixed(unsafeBitCast(value, to: Float.self).bitPattern)
-    } else if T.self == Int64.self {
-      encodeInt(unsafeBitCast(value, to: Int64.self))
-    } else if T.self == Int32.self {
-      encodeInt(Int64(unsafeBitCast(value, to: Int32.self)))
-    } else if T.self == Int16.self {
-      encodeInt(Int64(unsafeBitCast(value, to: Int16.self)))
-    } else if T.self == Int8.self {
-      encodeInt(Int64(unsafeBitCast(value, to: Int8.self)))
-    } else if T.self == UInt.self {
-      encodeUInt(UInt64(unsafeBitCast(value, to: UInt.self)))
-    } else if T.self == UInt64.self {
-      encodeUInt(unsafeBitCast(value, to: UInt64.self))
-    } else if T.self == UInt32.self {
-      encodeUInt(UInt64(unsafeBitCast(value, to: UInt32.self)))
-    } else if T.self == UInt16.self {
-      encodeUInt(UInt64(unsafeBitCast(value, to: UInt16.self)))
-    } else if T.self == UInt8.self {
-      encodeUInt(UInt64(unsafeBitCast(value, to: UInt8.self)))
+    guard !writePrimitive(value) else { return }
+    let inner: RecordValueEncoder
+    if let reusable {
+      reusable.reset()
+      inner = reusable
     } else {
-      let inner: RecordValueEncoder
-      if let reusable {
-        reusable.reset()
-        inner = reusable
-      } else {
-        inner = RecordValueEncoder(encoder: self, codingPath: codingPath)
-      }
-      try value.encode(to: inner)
-      inner.finish()
+      inner = RecordValueEncoder(encoder: self, codingPath: codingPath)
     }
+    try value.encode(to: inner)
+    inner.finish()
   }
 
   @inline(__always) func encodeInt(_ v: Int64) {
@@ -230,6 +186,37 @@ final class RecordEncoder {
   @inline(__always) func encodeUInt(_ v: UInt64) {
     buffer.byte(RecordTag.uint.rawValue)
     buffer.varint(v)
+  }
+
+  // MARK: PrimitiveWriter
+
+  func write(string v: String) {
+    buffer.byte(RecordTag.string.rawValue)
+    buffer.string(v)
+  }
+  func write(int v: Int64) { encodeInt(v) }
+  func write(uint v: UInt64) { encodeUInt(v) }
+  func write(bool v: Bool) { buffer.byte(v ? RecordTag.true.rawValue : RecordTag.false.rawValue) }
+  func write(double v: Double) {
+    buffer.byte(RecordTag.double.rawValue)
+    buffer.fixed(v.bitPattern)
+  }
+  func write(float v: Float) {
+    buffer.byte(RecordTag.float.rawValue)
+    buffer.fixed(v.bitPattern)
+  }
+  func write(date v: Date) {
+    buffer.byte(RecordTag.date.rawValue)
+    buffer.fixed(v.timeIntervalSinceReferenceDate.bitPattern)
+  }
+  func write(uuid v: UUID) {
+    buffer.byte(RecordTag.uuid.rawValue)
+    withUnsafeBytes(of: v.uuid) { buffer.append($0) }
+  }
+  func write(data v: Data) {
+    buffer.byte(RecordTag.data.rawValue)
+    buffer.varint(UInt64(v.count))
+    v.withUnsafeBytes { buffer.append($0) }
   }
 
   /// Opens a container: its tag and a u32 count to patch when it closes.
