@@ -24,35 +24,37 @@
 extension Database {
   /// Checkpoints if the WAL has passed the threshold.
   func checkpointIfNeeded() throws {
-    gate.acquire()
-    defer { gate.release() }
-    guard !isClosed, syncLock.withLock({ poison == nil && walWritten > UInt64(options.checkpointThreshold) })
-    else { return }
-    try checkpointHoldingGate()
+    let hold = gate.acquire()
+    let due = pipeline.withLock { $0.poison == nil && $0.wal.written > UInt64(options.checkpointThreshold) }
+    guard !isClosed, due else { return }
+    try checkpoint(holding: hold)
   }
 
-  /// Runs a checkpoint. Called with the gate held.
-  func checkpointHoldingGate() throws {
-    let written = syncLock.withLock { walWritten }
+  /// Runs a checkpoint, then a compaction if garbage calls for one.
+  func checkpoint(holding hold: borrowing WriterGate.Hold) throws {
+    let written = pipeline.withLock { $0.wal.written }
+    // 1. The WAL durable through its last record.
     try waitDurable(through: written)
-    if lastSequence == lastCheckpoint.sequence && written <= UInt64(HeaderLayout.size) { return }
+    if hold.state.sequence == hold.state.checkpoint.sequence && written <= UInt64(HeaderLayout.size) { return }
     do {
-      try writeCheckpoint()
+      try writeCheckpoint(holding: hold)
     } catch {
       throw setPoison(error)
     }
-    compactIfWasteful()
+    compactIfWasteful(holding: hold)
   }
 
-  /// Commits a large transaction by checkpointing it. Called with the gate held.
-  func commitByCheckpoint(_ trees: [String: TreeRoot], _ sequence: CommitSequence, changes: WriteSet?) throws {
-    let written = syncLock.withLock { walWritten }
+  /// Commits a large transaction by checkpointing it.
+  func commitByCheckpoint(
+    _ trees: [String: TreeRoot], _ sequence: CommitSequence, changes: WriteSet?, holding hold: borrowing WriterGate.Hold
+  ) throws {
+    let written = pipeline.withLock { $0.wal.written }
     try waitDurable(through: written)
     let before = current
-    committedTrees = trees
-    lastSequence = sequence
+    hold.state.trees = trees
+    hold.state.sequence = sequence
     do {
-      try writeCheckpoint()
+      try writeCheckpoint(holding: hold)
     } catch {
       throw setPoison(error)
     }
@@ -60,11 +62,13 @@ extension Database {
     if subscribers.count > 0 { deliver(CollectionOfOne((current, changes)), after: before) }
   }
 
-  private func writeCheckpoint() throws {
+  private func writeCheckpoint(holding hold: borrowing WriterGate.Hold) throws {
     // 2-4. Append changed nodes and large values, fsync, append the commit record, fsync.
-    var writer = CheckpointWriter(target: store, start: lastCheckpoint.fileBytes, compress: options.compression)
+    let store = hold.state.store
+    var writer = CheckpointWriter(
+      target: store, start: hold.state.checkpoint.fileBytes, compress: options.compression)
     var clean: [String: TreeRoot] = [:]
-    for (name, tree) in committedTrees {
+    for (name, tree) in hold.state.trees {
       var t = tree
       if case .memory(let root) = tree.root { t.root = .disk(try writer.write(.memory(root))) }
       // A tree unchanged since the last checkpoint keeps its pinned top:
@@ -72,42 +76,41 @@ extension Database {
       if t.pinned == nil { t.pin(store) }
       clean[name] = t
     }
-    let (offset, checkpoint) = try writer.commit(clean, sequence: lastSequence, previous: lastCommitOffset)
-    lastCommitOffset = BlockOffset(offset)
+    let sequence = hold.state.sequence
+    let (offset, checkpoint) = try writer.commit(clean, sequence: sequence, previous: hold.state.commitOffset)
+    hold.state.commitOffset = BlockOffset(offset)
 
     // 5. A fresh WAL continuing from this commit.
-    try rotateWAL(sequence: lastSequence, commitOffset: offset)
+    let log = try WALWriter.prepare(
+      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset))
+    counters.walSyncs.add(1)
+    let wal: WALWriter
+    do {
+      wal = try log.install()
+    } catch {
+      log.discard()
+      throw error
+    }
+    counters.dataSyncs.add(1)
+    install(wal)
 
     // 6. Publish the on-disk form.
-    committedTrees = clean
-    lastCheckpoint = checkpoint
-    publish(Version(sequence: lastSequence, trees: clean, store: store, checkpoint: checkpoint))
+    hold.state.trees = clean
+    hold.state.checkpoint = checkpoint
+    publish(Version(sequence: sequence, trees: clean, store: store, checkpoint: checkpoint))
     counters.checkpoints.add(1)
   }
 
-  /// Replaces the WAL with an empty one whose header names the commit at `commitOffset`.
-  func rotateWAL(sequence: CommitSequence, commitOffset: UInt64) throws {
-    let newPath = Path.join(path, StoreFiles.newWAL)
-    let (file, salt) = try Recovery.createWAL(
-      at: newPath, fs: fs, storeID: storeID, sequence: sequence, commitOffset: commitOffset)
-    counters.walSyncs.add(1)
-    try fs.rename(newPath, to: walPath)
-    try fs.syncDirectory(path)
-    counters.dataSyncs.add(1)
-    installWAL(WALFile(file: file, salt: salt))
-  }
-
-  /// Makes `wal` the log commits append to. Called with the gate held.
-  func installWAL(_ new: WALFile) {
-    let old: WALFile? = syncLock.withLock {
-      while syncing { syncCondition.wait(syncLock) }
-      let old = wal
-      wal = new
-      walWritten = UInt64(HeaderLayout.size)
-      walDurable = walWritten
+  /// Makes `new` the log commits append to, once no fsync of the old one is
+  /// running, and closes the old one. Called holding the gate, so no commit
+  /// is appending.
+  func install(_ new: WALWriter) {
+    let old = pipeline.withLock(when: { !$0.syncing }) { p in
+      let old = p.wal
+      p.wal = new
       return old
     }
-    old?.file.close()
+    old.close()
   }
 }
 

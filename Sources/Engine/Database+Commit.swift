@@ -1,5 +1,20 @@
 import Dispatch
 
+/// The commit pipeline's state, guarded by `Database.pipeline`.
+struct CommitPipeline {
+  /// The log commits append to.
+  var wal: WALWriter
+  /// Whether a leader is fsyncing the log now.
+  var syncing = false
+  /// Whether a background flush is scheduled (``Durability/normal``).
+  var flushScheduled = false
+  /// Committed versions waiting for their record to be durable, in order,
+  /// each with the log position its record ends at.
+  var waiting: [(end: UInt64, version: Version, changes: WriteSet?)] = []
+  /// The first failed write or fsync; every later write fails with it.
+  var poison: EngineError?
+}
+
 /// The commit pipeline: WAL append, group commit, publication.
 ///
 /// 1. The writer (holding the gate) appends its record to the WAL and
@@ -19,52 +34,45 @@ extension Database {
   /// writing everything twice.
   var largeTransactionBytes: Int { Swift.max(1 << 20, options.checkpointThreshold / 4) }
 
-  func nextGeneration() -> UInt64 {
-    generation += 1
-    return generation
-  }
-
-  /// Commits `tx`. Called with the gate held; releases it on every path.
+  /// Commits `tx`, which holds the gate; the gate is released on every path.
   func commit(_ tx: WriteTransaction) throws {
-    var holdingGate = true
-    defer { if holdingGate { gate.release() } }
+    guard let hold = tx.takeHold() else { preconditionFailure("committing a transaction that holds no gate") }
     try checkWritable()
     guard tx.changed else { return }
-    let sequence = lastSequence.next
+    let sequence = hold.state.sequence.next
 
-    guard let log = tx.log, let wal else {
+    guard let log = tx.log else {
       // Too big for one WAL record: checkpoint it straight into the data file.
-      try commitByCheckpoint(tx.trees, sequence, changes: tx.changes)
+      try commitByCheckpoint(tx.trees, sequence, changes: tx.changes, holding: hold)
       return
     }
 
     // 1. Append the record.
-    let (position, durable) = syncLock.withLock { (walWritten, walDurable) }
-    let record = log.record(
-      sequence: sequence, syncedThrough: WALPosition(durable), position: position, salt: wal.salt)
+    let wal = pipeline.withLock { $0.wal }
+    let record = wal.record(for: log, sequence: sequence)
+    let end: UInt64
     do {
-      try wal.file.write(record, at: position)
+      end = try wal.write(record)
     } catch {
       throw setPoison(error)
     }
     counters.walBytesWritten.add(record.count)
     counters.commits.add(1)
-    committedTrees = tx.trees
-    lastSequence = sequence
-    let end = position + UInt64(record.count)
-    let version = Version(sequence: sequence, trees: tx.trees, store: store, checkpoint: lastCheckpoint)
-    syncLock.withLock {
-      walWritten = end
-      pendingVersions.append((end, version, tx.changes))
+    hold.state.trees = tx.trees
+    hold.state.sequence = sequence
+    let version = Version(
+      sequence: sequence, trees: tx.trees, store: hold.state.store, checkpoint: hold.state.checkpoint)
+    pipeline.withLock { p in
+      p.wal.appended(through: end)
+      p.waiting.append((end, version, tx.changes))
       if case .normal = options.durability {
-        publishLocked(through: end)
-        scheduleFlushLocked()
+        publish(&p, through: end)
+        scheduleFlush(&p)
       }
     }
 
     // 2. Let the next writer in, then wait for durability.
-    gate.release()
-    holdingGate = false
+    hold.release()
     if case .full = options.durability { try waitDurable(through: end) }
 
     if end > UInt64(options.checkpointThreshold) {
@@ -77,73 +85,74 @@ extension Database {
   /// Waits until the WAL is durable through `end`, leading an fsync if no
   /// one else is. Throws if an fsync failed before that point was reached.
   func waitDurable(through end: UInt64) throws {
-    syncLock.lock()
-    defer { syncLock.unlock() }
-    while walDurable < end {
-      if let poison {
-        throw EngineError(
-          .poisoned, "the WAL fsync failed; this commit is not durable", path: poison.path,
-          underlying: poison.description)
+    while true {
+      // Wait until the log is durable, poisoned, or free to fsync.
+      let lead = try pipeline.withLock(when: { $0.wal.durable >= end || $0.poison != nil || !$0.syncing }) {
+        p throws(EngineError) -> (wal: WALWriter, target: UInt64)? in
+        if p.wal.durable >= end { return nil }
+        if let poison = p.poison {
+          throw EngineError(
+            .poisoned, "the WAL fsync failed; this commit is not durable", path: poison.path,
+            underlying: poison.description)
+        }
+        p.syncing = true
+        return (p.wal, p.wal.written)
       }
-      if syncing {
-        syncCondition.wait(syncLock)
-        continue
-      }
-      // 3. Lead: fsync everything appended so far.
-      syncing = true
-      let target = walWritten
-      let file = wal?.file
-      syncLock.unlock()
+      guard let lead else { return }
+
+      // 3. Lead: fsync everything appended so far, outside the lock.
       var failure: Error?
       do {
-        try file?.sync()
+        try lead.wal.sync()
         counters.walSyncs.add(1)
       } catch {
         failure = error
       }
-      syncLock.lock()
-      syncing = false
-      if let failure {
-        // Linux forgets the dirty pages of a failed fsync and reports
-        // success next time: nothing after this point can be trusted.
-        if poison == nil { poison = failure as? EngineError ?? EngineError(.io, "\(failure)") }
-      } else {
-        walDurable = Swift.max(walDurable, target)
-        publishLocked(through: walDurable)
+      pipeline.withLock(notify: true) { p in
+        p.syncing = false
+        if let failure {
+          // Linux forgets the dirty pages of a failed fsync and reports
+          // success next time: nothing after this point can be trusted.
+          if p.poison == nil { p.poison = failure as? EngineError ?? EngineError(.io, "\(failure)") }
+        } else {
+          p.wal.synced(through: lead.target)
+          publish(&p, through: p.wal.durable)
+        }
       }
-      syncCondition.broadcast()
     }
   }
 
-  /// Publishes the newest queued version whose record ends at or before
+  /// Publishes the newest waiting version whose record ends at or before
   /// `end`, then hands every one of them to the subscribers, in order.
-  func publishLocked(through end: UInt64) {
+  /// Called under the pipeline lock.
+  func publish(_ p: inout CommitPipeline, through end: UInt64) {
     var n = 0
-    while n < pendingVersions.count && pendingVersions[n].end <= end { n += 1 }
+    while n < p.waiting.count && p.waiting[n].end <= end { n += 1 }
     guard n > 0 else { return }
-    let published = pendingVersions[..<n]
+    let ready = p.waiting[..<n]
     // Read even with no subscriber: whether there is one is asked only
     // after publishing, so one that subscribes meanwhile is not skipped.
     let before = current
-    publish(published[published.endIndex - 1].version)
-    if subscribers.count > 0 { deliver(published.lazy.map { ($0.version, $0.changes) }, after: before) }
-    pendingVersions.removeFirst(n)
+    publish(ready[ready.endIndex - 1].version)
+    if subscribers.count > 0 { deliver(ready.lazy.map { ($0.version, $0.changes) }, after: before) }
+    p.waiting.removeFirst(n)
   }
 
   /// In ``Durability/normal`` mode, arranges an fsync within the sync interval.
-  func scheduleFlushLocked() {
-    guard !flushScheduled, case .normal(let ms) = options.durability else { return }
-    flushScheduled = true
+  /// Called under the pipeline lock.
+  func scheduleFlush(_ p: inout CommitPipeline) {
+    guard !p.flushScheduled, case .normal(let ms) = options.durability else { return }
+    p.flushScheduled = true
     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(ms)) { [weak self] in
       self?.backgroundFlush()
     }
   }
 
   private func backgroundFlush() {
-    let target: UInt64? = syncLock.withLock {
-      guard flushScheduled, poison == nil else { return nil }
-      flushScheduled = false
-      return walWritten
+    let target: UInt64? = pipeline.withLock { p in
+      guard p.flushScheduled, p.poison == nil else { return nil }
+      p.flushScheduled = false
+      return p.wal.written
     }
     guard let target else { return }
     // A failure poisons the store; the next write reports it.

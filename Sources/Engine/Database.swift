@@ -23,68 +23,71 @@ import Synchronization
 /// second ``write(_:)`` waits until the first commits or rolls back. Do not
 /// start a write transaction while one is open on the same thread; it waits
 /// forever.
-public final class Database: @unchecked Sendable {
+public final class Database: Sendable {
   /// The store's folder.
   public let path: String
   let options: Options
   let fs: any FileSystem
-  /// The I/O counters; the node store counts into the same object.
-  var counters: Counters { store.counters }
-  /// The node cache of the current data file.
-  var cache: NodeCache { store.cache }
   let storeID: [UInt8]
   let dataPath: String
   let walPath: String
-  private var fileLock: (any FileLock)?
+  /// The I/O counters; every node store of this database counts into them.
+  let counters: Counters
 
-  // Published state: what new snapshots see.
-  private let versionLock = Lock()
-  private var _current: Version
-  private var _closed = false
-  /// `_closed`, readable without the lock: every cursor step checks it.
+  // The locks, in the order they nest: a thread holding one may take only
+  // those below it, never one above.
+  //
+  //   1. gate       The writer (WriterState): one write transaction,
+  //                 checkpoint, compaction or close at a time. Held from a
+  //                 transaction's begin to its commit, possibly across
+  //                 threads, so it is a gate, not a mutex.
+  //   2. pipeline   The commit pipeline (CommitPipeline): the WAL writer's
+  //                 positions, group commit, versions waiting for their
+  //                 fsync, the poison.
+  //   3. published  What new snapshots see (Published).
+  //   4. Leaves, which take no other lock: the subscribers' queues, the
+  //      node cache's shards, a file's descriptor, `fileLock`.
+  //
+  // Publication takes 2 then 3 (and delivers to 4 under 2); checkpoint and
+  // compaction take 1 then 2, and 1 then 3. Readers take only 3, briefly,
+  // to get the current version, and never wait for 1 or 2.
+  let gate: WriterGate
+  let pipeline: LockedCondition<CommitPipeline>
+  private let published: Locked<Published>
+  /// `Published.closed`, readable without the lock: every cursor step checks it.
   private let closedFlag = Atomic<Bool>(false)
-
-  // The writer's state: touched only while holding `gate`.
-  let gate = WriterGate()
-  var committedTrees: [String: TreeRoot]
-  var lastSequence: CommitSequence
-  var lastCheckpoint: CheckpointInfo
-  var generation: UInt64 = 0
-  var store: NodeStore
-  var lastCommitOffset: BlockOffset
-  var wal: WALFile?
-
-  // The commit pipeline: guarded by `syncLock`.
-  let syncLock = Lock()
-  let syncCondition = Condition()
-  var walWritten: UInt64 = 0
-  var walDurable: UInt64 = 0
-  var syncing = false
-  var flushScheduled = false
-  var pendingVersions: [(end: UInt64, version: Version, changes: WriteSet?)] = []
-  var poison: EngineError?
+  /// The advisory lock on `cairn.lock`, until close.
+  private let fileLock: Locked<(any FileLock)?>
 
   /// Change subscriptions (``subscribe(bufferLimit:)``).
   let subscribers = Subscribers()
 
+  /// What new snapshots see.
+  struct Published {
+    var current: Version
+    var closed = false
+  }
+
+  /// Opens a database on what recovery found: the writer's state, the log
+  /// to append to, and the version to publish.
   init(
-    path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], store: NodeStore, recovered: Recovered
+    path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], counters: Counters,
+    writer: WriterState, wal: WALWriter
   ) {
     self.path = path
     self.options = options
     self.fs = options.fileSystem
-    self.fileLock = fileLock
+    self.fileLock = Locked(fileLock)
     self.storeID = storeID
-    self.store = store
+    self.counters = counters
     self.dataPath = Path.join(path, StoreFiles.data)
     self.walPath = Path.join(path, StoreFiles.wal)
-    self.committedTrees = recovered.trees
-    self.lastSequence = recovered.sequence
-    self.lastCheckpoint = recovered.checkpoint
-    self.lastCommitOffset = recovered.commitOffset
-    self.generation = 1
-    self._current = Version(
-      sequence: recovered.sequence, trees: recovered.trees, store: store, checkpoint: recovered.checkpoint)
+    self.gate = WriterGate(writer)
+    self.pipeline = LockedCondition(CommitPipeline(wal: wal))
+    self.published = Locked(
+      Published(
+        current: Version(
+          sequence: writer.sequence, trees: writer.trees, store: writer.store, checkpoint: writer.checkpoint)))
   }
 
   deinit {
@@ -123,30 +126,34 @@ public final class Database: @unchecked Sendable {
   /// lock. Snapshots and cursors still open fail with
   /// ``EngineError/Code/closed`` afterwards. Calling it twice does nothing.
   public func close() throws {
-    gate.acquire()
-    defer { gate.release() }
-    if versionLock.withLock({ _closed }) { return }
+    let hold = gate.acquire()
+    if published.withLock({ $0.closed }) { return }
     var failure: Error?
-    if !options.readOnly, syncLock.withLock({ poison }) == nil {
-      do { try checkpointHoldingGate() } catch { failure = error }
+    if !options.readOnly, pipeline.withLock({ $0.poison }) == nil {
+      do { try checkpoint(holding: hold) } catch { failure = error }
     }
-    versionLock.withLock { _closed = true }
+    published.withLock { $0.closed = true }
     closedFlag.store(true, ordering: .releasing)
     subscribers.finishAll()
-    syncLock.withLock { flushScheduled = false }
-    wal?.file.close()
-    store.file.close()
-    fileLock?.unlock()
-    fileLock = nil
+    let wal = pipeline.withLock { p in
+      p.flushScheduled = false
+      return p.wal
+    }
+    wal.close()
+    hold.state.store.file.close()
+    fileLock.withLock { lock in
+      lock?.unlock()
+      lock = nil
+    }
     if let failure { throw failure }
   }
 
   // MARK: Reading
 
-  var current: Version { versionLock.withLock { _current } }
+  var current: Version { published.withLock { $0.current } }
 
   func publish(_ version: Version) {
-    versionLock.withLock { _current = version }
+    published.withLock { $0.current = version }
   }
 
   /// A read transaction: a snapshot of the last commit that finished.
@@ -157,9 +164,9 @@ public final class Database: @unchecked Sendable {
   ///
   /// - Throws: ``EngineError/Code/closed`` if the database is closed.
   public func snapshot() throws -> Snapshot {
-    let version = try versionLock.withLock { () throws(EngineError) -> Version in
-      guard !_closed else { throw EngineError(.closed, "the database is closed", path: path) }
-      return _current
+    let version = try published.withLock { (p) throws(EngineError) -> Version in
+      guard !p.closed else { throw EngineError(.closed, "the database is closed", path: path) }
+      return p.current
     }
     return Snapshot(database: self, version: version)
   }
@@ -191,15 +198,9 @@ public final class Database: @unchecked Sendable {
   /// this, they record nothing.
   public func beginWrite(trackingChanges: Bool) throws -> WriteTransaction {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
-    gate.acquire()
-    do {
-      try checkWritable()
-    } catch {
-      gate.release()
-      throw error
-    }
-    generation += 1
-    let tx = WriteTransaction(database: self, trees: committedTrees, owner: generation, logging: true)
+    let hold = gate.acquire()
+    try checkWritable()
+    let tx = WriteTransaction(database: self, holding: hold)
     if trackingChanges || subscribers.count > 0 { tx.trackChanges() }
     return tx
   }
@@ -223,8 +224,8 @@ public final class Database: @unchecked Sendable {
   }
 
   func checkWritable() throws {
-    if versionLock.withLock({ _closed }) { throw EngineError(.closed, "the database is closed", path: path) }
-    if let poison = syncLock.withLock({ poison }) {
+    if published.withLock({ $0.closed }) { throw EngineError(.closed, "the database is closed", path: path) }
+    if let poison = pipeline.withLock({ $0.poison }) {
       throw EngineError(
         .poisoned, "an earlier write or fsync failed; close and reopen the store to recover", path: poison.path,
         underlying: poison.description)
@@ -234,9 +235,8 @@ public final class Database: @unchecked Sendable {
   /// Marks the store unusable for writes after a failed write or fsync.
   func setPoison(_ error: Error) -> EngineError {
     let e = error as? EngineError ?? EngineError(.io, "\(error)")
-    syncLock.withLock {
-      if poison == nil { poison = e }
-      syncCondition.broadcast()
+    pipeline.withLock(notify: true) { p in
+      if p.poison == nil { p.poison = e }
     }
     return e
   }
@@ -247,10 +247,9 @@ public final class Database: @unchecked Sendable {
   /// on ``close()``; call it to bound recovery time before a quiet period.
   public func checkpoint() throws {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
-    gate.acquire()
-    defer { gate.release() }
+    let hold = gate.acquire()
     try checkWritable()
-    try checkpointHoldingGate()
+    try checkpoint(holding: hold)
   }
 
   // MARK: Changes
@@ -321,11 +320,11 @@ public final class Database: @unchecked Sendable {
       dataBytesWritten: counters.dataBytesWritten.current, walBytesWritten: counters.walBytesWritten.current,
       dataSyncs: counters.dataSyncs.current, walSyncs: counters.walSyncs.current,
       checkpoints: counters.checkpoints.current, compactions: counters.compactions.current,
-      commits: counters.commits.current, cacheBytes: cache.usedBytes)
+      commits: counters.commits.current, cacheBytes: current.store.cache.usedBytes)
   }
 
   /// Bytes in the WAL now (including its header).
-  public var walSize: UInt64 { syncLock.withLock { walWritten } }
+  public var walSize: UInt64 { pipeline.withLock { $0.wal.written } }
 
   /// How the store's files are used: live and garbage bytes of the data
   /// file as of the last checkpoint, and the WAL's size.
@@ -347,10 +346,4 @@ enum StoreFiles {
   static let newWAL = "cairn.wal.new"
   static let compactData = "cairn.data.compact"
   static let all = [data, wal, lock, newData, newWAL, compactData]
-}
-
-/// The WAL file being appended to.
-struct WALFile {
-  let file: any StorageFile
-  let salt: UInt64
 }

@@ -17,13 +17,17 @@ public final class WriteTransaction: KeyValueReader {
   }
 
   let database: Database
+  /// The writer gate, held from begin to commit or rollback; dropping it
+  /// (with the transaction) opens the gate.
+  private var hold: WriterGate.Hold?
+  /// The data file and node cache the writer's trees read from.
+  private let store: NodeStore
   var trees: [String: TreeRoot]
   /// The generation whose nodes this transaction may change in place.
   private var owner: UInt64
-  /// The WAL record being built; nil when not logging (recovery replay) or
-  /// when the transaction outgrew a WAL record and will commit by checkpoint.
-  var log: WALRecordBuilder?
-  let logging: Bool
+  /// The WAL record being built; nil once the transaction outgrew a WAL
+  /// record and will commit by checkpoint.
+  var log: WALRecordBuilder? = WALRecordBuilder()
   private(set) var changed = false
   private(set) var state: State = .open
   /// The trees as the transaction began, for telling what a key was
@@ -35,19 +39,18 @@ public final class WriteTransaction: KeyValueReader {
   /// The sequence this transaction's commit gets, if it changes anything.
   public let sequence: CommitSequence
 
-  init(database: Database, trees: [String: TreeRoot], owner: UInt64, logging: Bool) {
+  init(database: Database, holding hold: consuming WriterGate.Hold) {
     self.database = database
-    self.trees = trees
-    self.baseTrees = trees
-    self.sequence = database.lastSequence.next
-    self.owner = owner
-    self.logging = logging
-    self.log = logging ? WALRecordBuilder() : nil
+    self.store = hold.state.store
+    self.trees = hold.state.trees
+    self.baseTrees = hold.state.trees
+    self.sequence = hold.state.sequence.next
+    self.owner = hold.state.nextGeneration()
+    self.hold = consume hold
   }
 
-  deinit {
-    if isOpenOrFailed && logging { database.gate.release() }
-  }
+  /// Hands the gate to the commit.
+  func takeHold() -> WriterGate.Hold? { hold.take() }
 
   private var isOpenOrFailed: Bool {
     switch state {
@@ -63,7 +66,7 @@ public final class WriteTransaction: KeyValueReader {
 
   var context: TreeContext {
     TreeContext(
-      store: database.store, owner: owner, nodeSize: database.options.nodeSize,
+      store: store, owner: owner, nodeSize: database.options.nodeSize,
       largeValueThreshold: database.options.largeValueThreshold)
   }
 
@@ -138,7 +141,7 @@ public final class WriteTransaction: KeyValueReader {
     let ctx = context
     if changes != nil && trees[keyspace] == nil { noteCreated(keyspace) }
     let inserted = try mutate { try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx) }
-    if logging { record(.put(keyspace: keyspace, key: key, value: value)) }
+    record(.put(keyspace: keyspace, key: key, value: value))
     if changes != nil {
       changes!.keyspaces[keyspace, default: KeyspaceChanges()].put(key, inserted: inserted) {
         existedAtStart(key, in: keyspace)
@@ -154,7 +157,7 @@ public final class WriteTransaction: KeyValueReader {
     guard trees[keyspace] != nil else { return false }
     let ctx = context
     let found = try mutate({ try trees[keyspace]!.delete(key, ctx) }, changedIf: { $0 })
-    if found && logging { record(.delete(keyspace: keyspace, key: key)) }
+    if found { record(.delete(keyspace: keyspace, key: key)) }
     if found && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].delete(key) }
     return found
   }
@@ -177,7 +180,7 @@ public final class WriteTransaction: KeyValueReader {
     let ctx = context
     let removed = try mutate(
       { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }, changedIf: { $0 > 0 })
-    if removed > 0 && logging { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
+    if removed > 0 { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
     if removed > 0 && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].deleteRange(range) }
     return removed
   }
@@ -189,7 +192,7 @@ public final class WriteTransaction: KeyValueReader {
     guard trees[name] == nil else { return }
     try checkKeyspaceLimit(name)
     mutateUnchecked { trees[name] = .empty }
-    if logging { record(.createKeyspace(name)) }
+    record(.createKeyspace(name))
     if changes != nil { noteCreated(name) }
   }
 
@@ -199,7 +202,7 @@ public final class WriteTransaction: KeyValueReader {
     try checkOpen()
     guard trees[name] != nil else { return false }
     mutateUnchecked { trees[name] = nil }
-    if logging { record(.dropKeyspace(name)) }
+    record(.dropKeyspace(name))
     if changes != nil { changes!.keyspaces[name, default: KeyspaceChanges()].drop() }
     return true
   }
@@ -207,17 +210,6 @@ public final class WriteTransaction: KeyValueReader {
   private func mutateUnchecked(_ body: () -> Void) {
     body()
     changed = true
-  }
-
-  /// Applies a logged operation (recovery replay).
-  func apply(_ op: WALOperation) throws {
-    switch op {
-    case .put(let ks, let key, let value): try put(key, value, in: ks)
-    case .delete(let ks, let key): try delete(key, in: ks)
-    case .deleteRange(let ks, let start, let end): try deleteRange(KeyRange(from: start, to: end), in: ks)
-    case .createKeyspace(let ks): try createKeyspace(ks)
-    case .dropKeyspace(let ks): try dropKeyspace(ks)
-    }
   }
 
   // MARK: Ending
@@ -241,7 +233,7 @@ public final class WriteTransaction: KeyValueReader {
   public func rollback() {
     guard isOpenOrFailed else { return }
     state = .rolledBack
-    if logging { database.gate.release() }
+    hold = nil
   }
 
   // MARK: Reading
@@ -264,7 +256,7 @@ public final class WriteTransaction: KeyValueReader {
     try checkOpen()
     // Freeze: nodes so far become immutable for this transaction, so the
     // cursor's view cannot change under it.
-    owner = database.nextGeneration()
+    if let generation = hold?.state.nextGeneration() { owner = generation }
     return try Cursor(tree: trees[keyspace] ?? .empty, context: context, range: range) { [weak self] in
       self?.isOpen ?? false
     }

@@ -41,29 +41,3 @@ struct CheckpointInfo: Sendable {
   /// Bytes reachable from the last commit record, header and record included.
   var liveBytes: UInt64
 }
-
-/// Admits one write transaction at a time.
-///
-/// Not a mutex held for the transaction's length: an explicit transaction
-/// may begin on one thread and commit on another (after an `await`), and a
-/// pthread mutex must be unlocked by the thread that locked it.
-final class WriterGate: @unchecked Sendable {
-  private let lock = Lock()
-  private let condition = Condition()
-  private var held = false
-
-  func acquire() {
-    lock.withLock {
-      while held { condition.wait(lock) }
-      held = true
-    }
-  }
-
-  func release() {
-    lock.withLock {
-      precondition(held, "releasing a writer gate that is not held")
-      held = false
-      condition.signal()
-    }
-  }
-}

@@ -10,9 +10,9 @@ import Testing
   /// A log of `count` records; record i (from 1) puts key i. `synced(i)` is
   /// the synced-through position written into record i.
   static func log(_ count: Int, synced: (Int, UInt64) -> UInt64 = { _, p in p }) -> (bytes: [UInt8], starts: [Int]) {
-    let header = FileHeader(
-      kind: .wal, version: formatVersion, storeID: [UInt8](repeating: 7, count: 16), field1: salt, field2: 0,
-      field3: 64)
+    let header = WALHeader(
+      storeID: [UInt8](repeating: 7, count: 16), salt: salt, checkpointSequence: .zero,
+      checkpointOffset: BlockOffset(64))
     var bytes = header.encode()
     var starts: [Int] = []
     for i in 1...count {

@@ -172,6 +172,9 @@ final class LeafNode: @unchecked Sendable {
 
   /// The on-disk reference of a `.large` entry.
   func largeRef(at i: Int) -> DiskRef {
+    // Safe: a large entry's 12-byte reference lies in the buffer, checked by
+    // NodeCodec.decodeLeaf for a leaf read from a file and written by
+    // makeValue for one built in memory.
     let start = Int(slots[i].valueStart)
     return DiskRef(
       offset: BlockOffset(buffer.unsafeLoad(UInt64.self, at: start)),

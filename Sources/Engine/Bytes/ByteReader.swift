@@ -3,7 +3,8 @@
 ///
 /// A read past the end throws ``EngineError/Code/corrupted`` naming the file
 /// and the absolute byte offset (`base` + position), never traps. This is the
-/// only way the engine parses bytes that came from a file.
+/// only way the engine parses bytes that came from a file (the leaf node
+/// reads its validated entries directly: see `LeafNode`).
 struct ByteReader {
   let bytes: [UInt8]
   private(set) var position: Int
@@ -14,23 +15,29 @@ struct ByteReader {
   let base: UInt64
   /// What is being parsed ("leaf node", "WAL record"), for error messages.
   let what: String
+  /// The FORMAT.md §7 rule a failed read breaks, carried by the error.
+  let rule: FormatRule?
 
-  init(_ bytes: [UInt8], from start: Int = 0, to end: Int? = nil, path: String?, base: UInt64, what: String) {
+  init(
+    _ bytes: [UInt8], from start: Int = 0, to end: Int? = nil, path: String?, base: UInt64, what: String,
+    rule: FormatRule? = nil
+  ) {
     self.bytes = bytes
-    self.position = start
-    self.end = Swift.min(end ?? bytes.count, bytes.count)
+    self.position = Swift.max(0, start)
+    self.end = Swift.max(self.position, Swift.min(end ?? bytes.count, bytes.count))
     self.path = path
     self.base = base
     self.what = what
+    self.rule = rule
   }
 
   var remaining: Int { end - position }
   var isAtEnd: Bool { position >= end }
 
-  func error(_ message: String, at position: Int? = nil) -> EngineError {
+  func error(_ message: String, at position: Int? = nil, rule: FormatRule? = nil) -> EngineError {
     EngineError(
       .corrupted, "\(what): \(message)", path: path,
-      offset: base + UInt64(position ?? self.position))
+      offset: base + UInt64(position ?? self.position), rule: rule ?? self.rule)
   }
 
   // Field names are autoclosures: the message (often interpolated, as in

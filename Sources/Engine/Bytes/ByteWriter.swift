@@ -44,10 +44,21 @@ struct ByteWriter {
 }
 
 extension Array where Element == UInt8 {
-  /// Reads a little-endian integer at `offset`. The caller has checked the bounds.
+  /// Reads a little-endian integer at `offset`, skipping the bounds check.
+  ///
+  /// Only for bytes already checked: ``ByteReader`` after its own check, and
+  /// `LeafNode`, whose entries were bounds-checked when it was decoded.
   @inline(__always)
   func unsafeLoad<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T {
-    // Safe: every caller checks offset + MemoryLayout<T>.size <= count first.
-    withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+    assert(offset >= 0 && offset + MemoryLayout<T>.size <= count, "unchecked load out of bounds")
+    return withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+  }
+
+  /// Reads a little-endian integer at `offset`, or nil if it does not lie
+  /// wholly within the array.
+  @inline(__always)
+  func littleEndian<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T? {
+    guard offset >= 0, offset <= count - MemoryLayout<T>.size else { return nil }
+    return unsafeLoad(T.self, at: offset)
   }
 }

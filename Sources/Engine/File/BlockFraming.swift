@@ -13,6 +13,8 @@ enum BlockFraming {
     var length: Int
     var compressed: Bool
     var storedLength: Int
+    /// The stored (and matching) checksum.
+    var checksum: UInt64
   }
 
   /// Frames `payload` as a block to be written at `offset`, compressing it
@@ -48,7 +50,7 @@ enum BlockFraming {
   static func parseHeader(_ bytes: [UInt8], at offset: UInt64, path: String?) throws(EngineError) -> (
     kind: BlockKind, compressed: Bool, stored: Int, raw: Int
   ) {
-    var r = ByteReader(bytes, path: path, base: offset, what: "block header")
+    var r = ByteReader(bytes, path: path, base: offset, what: "block header", rule: .f2)
     _ = try r.u64("checksum")
     let kindByte = try r.u8("kind")
     let flags = try r.u8("flags")
@@ -80,33 +82,43 @@ enum BlockFraming {
     guard bytes.count >= BlockLayout.header else {
       throw .corrupted(
         "block is truncated: \(bytes.count) bytes where a header needs \(BlockLayout.header)", path: path,
-        offset: offset)
+        offset: offset, rule: .f2)
     }
     let h = try parseHeader(bytes, at: offset, path: path)
     let length = BlockLayout.header + h.stored
     if let expectedLength, expectedLength != length {
       throw .corrupted(
-        "block length \(length) differs from the \(expectedLength) its parent records", path: path, offset: offset)
+        "block length \(length) differs from the \(expectedLength) its parent records", path: path, offset: offset,
+        rule: .f5)
     }
     guard bytes.count >= length else {
-      throw .corrupted("block is truncated: \(bytes.count) of \(length) bytes present", path: path, offset: offset)
+      throw .corrupted(
+        "block is truncated: \(bytes.count) of \(length) bytes present", path: path, offset: offset, rule: .f2)
     }
-    let expected = bytes.unsafeLoad(UInt64.self, at: BlockLayout.checksum)
+    var r = ByteReader(bytes, path: path, base: offset, what: "block", rule: .f3)
+    let expected = try r.u64("checksum")
     let actual = Checksum.xxh3(bytes, BlockLayout.kind..<length, seed: offset)
     guard expected == actual else {
       throw .corrupted(
-        "block checksum mismatch (stored \(hex(expected)), computed \(hex(actual)))", path: path, offset: offset)
+        "block checksum mismatch (stored \(hex(expected)), computed \(hex(actual)))", path: path, offset: offset,
+        rule: .f3)
     }
     let payload: [UInt8]
     if h.compressed {
-      payload = try Compression.decompress(
-        bytes, BlockLayout.header..<length, rawLength: h.raw, path: path, offset: offset)
+      do {
+        payload = try Compression.decompress(
+          bytes, BlockLayout.header..<length, rawLength: h.raw, path: path, offset: offset)
+      } catch {
+        throw error.withRule(.f3)
+      }
     } else if bytes.count == length {
       payload = Array(bytes[BlockLayout.header...])
     } else {
       payload = Array(bytes[BlockLayout.header..<length])
     }
-    return Block(kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored)
+    return Block(
+      kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored,
+      checksum: expected)
   }
 }
 

@@ -48,7 +48,8 @@ struct CommitRecord: Equatable {
   static func decode(_ payload: [UInt8], path: String?, offset: UInt64, blockLength: Int) throws(EngineError)
     -> CommitRecord
   {
-    var r = ByteReader(payload, path: path, base: offset + UInt64(BlockLayout.header), what: "commit record")
+    var r = ByteReader(
+      payload, path: path, base: offset + UInt64(BlockLayout.header), what: "commit record", rule: .f4)
     let sequence = CommitSequence(try r.u64("sequence"))
     let previous = BlockOffset(try r.u64("previous commit"))
     let timestamp = try r.u64("timestamp")
@@ -63,10 +64,10 @@ struct CommitRecord: Equatable {
       let nameLength = Int(try r.u8("name length of keyspace \(i)"))
       let nameBytes = try r.bytes(nameLength, "name of keyspace \(i)")
       guard nameLength > 0, let name = String(validating: nameBytes, as: UTF8.self) else {
-        throw r.error("keyspace \(i) has an empty or non-UTF-8 name")
+        throw r.error("keyspace \(i) has an empty or non-UTF-8 name", rule: .f13)
       }
       if let lastName, compareBytes(lastName, nameBytes) >= 0 {
-        throw r.error("keyspace names out of order at \"\(name)\"")
+        throw r.error("keyspace names out of order at \"\(name)\"", rule: .f13)
       }
       lastName = nameBytes
       let rootOffset = try r.u64("root offset of \(name)")

@@ -1,68 +1,121 @@
-/// The 64-byte header at offset 0 of the data file and of the WAL.
-/// Format: FORMAT.md §1.1 and §3.1.
-struct FileHeader: Equatable {
-  enum Kind { case data, wal }
-
-  var kind: Kind
-  var version: UInt32
+/// The 64-byte header at offset 0 of the data file. Format: FORMAT.md §1.1.
+struct DataFileHeader: Equatable {
+  var version: UInt32 = formatVersion
+  /// Random bytes chosen at creation; the WAL carries the same.
   var storeID: [UInt8]
-  /// Data file: creation time in ms. WAL: the log generation's salt.
-  var field1: UInt64
-  /// WAL: sequence of the data-file commit the log continues from.
-  var field2: UInt64
-  /// WAL: offset of that commit record.
-  var field3: UInt64
+  /// When the store was created, in milliseconds since 1970.
+  var createdMilliseconds: UInt64
+
+  static let magic = HeaderLayout.dataMagic
 
   func encode() -> [UInt8] {
+    HeaderCodec.encode(
+      magic: Self.magic, version: version, storeID: storeID, fields: (createdMilliseconds, 0, 0))
+  }
+
+  /// Decodes and checks the header at the start of `bytes`.
+  ///
+  /// - Throws: ``EngineError/Code/notAStore`` for a wrong magic number,
+  ///   ``EngineError/Code/unsupportedFormat`` for another version, and
+  ///   ``EngineError/Code/corrupted`` (rule F-1) otherwise.
+  static func decode(_ bytes: [UInt8], path: String) throws(EngineError) -> DataFileHeader {
+    let h = try HeaderCodec.decode(bytes, magic: magic, what: "data file header", rule: .f1, path: path)
+    guard h.fields.1 == 0, h.fields.2 == 0 else {
+      throw EngineError(
+        .corrupted, "data file header: reserved fields are not zero", path: path,
+        offset: UInt64(HeaderLayout.checkpointSequence), rule: .f1)
+    }
+    return DataFileHeader(version: h.version, storeID: h.storeID, createdMilliseconds: h.fields.0)
+  }
+}
+
+/// The 64-byte header at offset 0 of a WAL file. Format: FORMAT.md §3.1.
+struct WALHeader: Equatable {
+  var version: UInt32 = formatVersion
+  /// Must equal the data file's.
+  var storeID: [UInt8]
+  /// Random and non-zero, new for every log file; seeds the record checksums.
+  var salt: UInt64
+  /// The sequence of the data-file commit record this log continues from.
+  var checkpointSequence: CommitSequence
+  /// That commit record's offset in the data file.
+  var checkpointOffset: BlockOffset
+
+  static let magic = HeaderLayout.walMagic
+
+  func encode() -> [UInt8] {
+    HeaderCodec.encode(
+      magic: Self.magic, version: version, storeID: storeID,
+      fields: (salt, checkpointSequence.rawValue, checkpointOffset.rawValue))
+  }
+
+  /// Decodes and checks the header at the start of `bytes`.
+  ///
+  /// - Throws: ``EngineError/Code/notAStore`` for a wrong magic number,
+  ///   ``EngineError/Code/unsupportedFormat`` for another version, and
+  ///   ``EngineError/Code/corrupted`` (rule F-14) otherwise.
+  static func decode(_ bytes: [UInt8], path: String) throws(EngineError) -> WALHeader {
+    let h = try HeaderCodec.decode(bytes, magic: magic, what: "WAL header", rule: .f14, path: path)
+    guard h.fields.0 != 0 else {
+      throw EngineError(
+        .corrupted, "WAL header: salt is zero", path: path, offset: UInt64(HeaderLayout.salt), rule: .f14)
+    }
+    return WALHeader(
+      version: h.version, storeID: h.storeID, salt: h.fields.0, checkpointSequence: CommitSequence(h.fields.1),
+      checkpointOffset: BlockOffset(h.fields.2))
+  }
+}
+
+/// The layout both headers share: magic, version, length, store id, three
+/// u64 fields whose meaning depends on the file, checksum (HeaderLayout).
+enum HeaderCodec {
+  static func encode(magic: [UInt8], version: UInt32, storeID: [UInt8], fields: (UInt64, UInt64, UInt64)) -> [UInt8] {
     var w = ByteWriter(capacity: HeaderLayout.size)
-    w.append(kind == .data ? HeaderLayout.dataMagic : HeaderLayout.walMagic)
+    w.append(magic)
     w.u32(version)
     w.u32(UInt32(HeaderLayout.size))
     w.append(storeID)
-    w.u64(field1)
-    w.u64(field2)
-    w.u64(field3)
+    w.u64(fields.0)
+    w.u64(fields.1)
+    w.u64(fields.2)
     w.u64(Checksum.xxh3(w.bytes, 0..<HeaderLayout.checksum, seed: 0))
     return w.bytes
   }
 
-  static func decode(_ bytes: [UInt8], kind: Kind, path: String) throws(EngineError) -> FileHeader {
-    let what = kind == .data ? "data file header" : "WAL header"
+  static func decode(
+    _ bytes: [UInt8], magic: [UInt8], what: String, rule: FormatRule, path: String
+  ) throws(EngineError) -> (version: UInt32, storeID: [UInt8], fields: (UInt64, UInt64, UInt64)) {
     guard bytes.count >= HeaderLayout.size else {
-      throw .corrupted("\(what) is truncated: \(bytes.count) of \(HeaderLayout.size) bytes", path: path, offset: 0)
+      throw EngineError(
+        .corrupted, "\(what) is truncated: \(bytes.count) of \(HeaderLayout.size) bytes", path: path, offset: 0,
+        rule: rule)
     }
-    let magic = Array(bytes[0..<8])
-    guard magic == (kind == .data ? HeaderLayout.dataMagic : HeaderLayout.walMagic) else {
-      throw EngineError(.notAStore, "\(what): wrong magic number, not a Cairn file", path: path, offset: 0)
+    guard bytes[HeaderLayout.magic..<HeaderLayout.version].elementsEqual(magic) else {
+      throw EngineError(.notAStore, "\(what): wrong magic number, not a Cairn file", path: path, offset: 0, rule: rule)
     }
-    var r = ByteReader(bytes, from: 8, to: HeaderLayout.size, path: path, base: 0, what: what)
+    var r = ByteReader(bytes, from: HeaderLayout.version, to: HeaderLayout.size, path: path, base: 0, what: what)
     let version = try r.u32("version")
     let length = try r.u32("header length")
     let storeID = try r.bytes(16, "store id")
-    let f1 = try r.u64()
-    let f2 = try r.u64()
-    let f3 = try r.u64()
+    let fields = (try r.u64(), try r.u64(), try r.u64())
     let stored = try r.u64("checksum")
     // The version first: a newer format may checksum its header differently.
     guard version == formatVersion else {
       throw EngineError(
-        .unsupportedFormat, "\(what): format version \(version); this build reads version \(formatVersion)", path: path,
-        offset: UInt64(HeaderLayout.version))
+        .unsupportedFormat, "\(what): format version \(version); this build reads version \(formatVersion)",
+        path: path, offset: UInt64(HeaderLayout.version), rule: rule)
     }
     let computed = Checksum.xxh3(bytes, 0..<HeaderLayout.checksum, seed: 0)
     guard stored == computed else {
-      throw .corrupted(
-        "\(what) checksum mismatch (stored \(hex(stored)), computed \(hex(computed)))", path: path, offset: 0)
+      throw EngineError(
+        .corrupted, "\(what) checksum mismatch (stored \(hex(stored)), computed \(hex(computed)))", path: path,
+        offset: 0, rule: rule)
     }
     guard length == UInt32(HeaderLayout.size) else {
-      throw .corrupted("\(what): header length \(length), expected \(HeaderLayout.size)", path: path, offset: 12)
+      throw EngineError(
+        .corrupted, "\(what): header length \(length), expected \(HeaderLayout.size)", path: path,
+        offset: UInt64(HeaderLayout.headerLength), rule: rule)
     }
-    if kind == .data && (f2 != 0 || f3 != 0) {
-      throw .corrupted("\(what): reserved fields are not zero", path: path, offset: UInt64(HeaderLayout.field2))
-    }
-    if kind == .wal && f1 == 0 {
-      throw .corrupted("\(what): salt is zero", path: path, offset: UInt64(HeaderLayout.field1))
-    }
-    return FileHeader(kind: kind, version: version, storeID: storeID, field1: f1, field2: f2, field3: f3)
+    return (version, storeID, fields)
   }
 }

@@ -12,10 +12,12 @@ enum HeaderLayout {
   static let version = magic + 8  // u32
   static let headerLength = version + 4  // u32
   static let storeID = headerLength + 4  // u8[16]
-  static let field1 = storeID + 16  // u64: data: created (ms since 1970); WAL: salt
-  static let field2 = field1 + 8  // u64: data: reserved 0; WAL: checkpoint sequence
-  static let field3 = field2 + 8  // u64: data: reserved 0; WAL: checkpoint commit offset
-  static let checksum = field3 + 8  // u64: XXH3-64, seed 0, over bytes [0, checksum)
+  // Three u64 fields whose meaning depends on the file:
+  static let created = storeID + 16  // data file: creation time, ms since 1970
+  static let salt = created  // WAL: this log file's salt (non-zero)
+  static let checkpointSequence = salt + 8  // WAL: sequence of the commit record it continues from; data file: 0
+  static let checkpointOffset = checkpointSequence + 8  // WAL: that record's offset; data file: 0
+  static let checksum = checkpointOffset + 8  // u64: XXH3-64, seed 0, over bytes [0, checksum)
   static let size = checksum + 8  // 64
 
   static let dataMagic: [UInt8] = Array("CAIRNDAT".utf8)

@@ -66,7 +66,7 @@ enum NodeCodec {
   static func decodeLeaf(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError)
     -> LeafNode
   {
-    var r = ByteReader(payload, path: path, base: offset, what: "leaf node")
+    var r = ByteReader(payload, path: path, base: offset, what: "leaf node", rule: .f5)
     let count = Int(try r.u32("entry count"))
     guard count <= payload.count / LeafLayout.entrySize else {
       throw r.error("entry count \(count) cannot fit in \(payload.count) bytes", at: 0)
@@ -110,7 +110,7 @@ enum NodeCodec {
   static func decodeBranch(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError)
     -> BranchNode
   {
-    var r = ByteReader(payload, path: path, base: offset, what: "branch node")
+    var r = ByteReader(payload, path: path, base: offset, what: "branch node", rule: .f5)
     let count = Int(try r.u32("child count"))
     let level = Int(try r.u16("level"))
     guard count >= 1, count <= payload.count / BranchLayout.childSize else {

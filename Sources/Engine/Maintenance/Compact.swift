@@ -38,17 +38,16 @@ extension Database {
   @discardableResult
   public func compact() throws -> CompactionReport {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
-    gate.acquire()
-    defer { gate.release() }
+    let hold = gate.acquire()
     try checkWritable()
-    try checkpointHoldingGate()
-    return try compactHoldingGate()
+    try checkpoint(holding: hold)
+    return try compact(holding: hold)
   }
 
-  /// Runs a compaction. Called with the gate held, after a checkpoint.
-  func compactHoldingGate() throws -> CompactionReport {
+  /// Runs a compaction, after a checkpoint.
+  func compact(holding hold: borrowing WriterGate.Hold) throws -> CompactionReport {
     let started = currentMilliseconds()
-    let before = lastCheckpoint.fileBytes
+    let before = hold.state.checkpoint.fileBytes
     let tempPath = Path.join(path, StoreFiles.compactData)
     if fs.exists(tempPath) { try fs.remove(tempPath) }
 
@@ -62,12 +61,13 @@ extension Database {
         try? fs.remove(tempPath)
       }
     }
+    let oldStore = hold.state.store
     try file.truncate(to: 0)
-    try file.write(try store.file.read(at: 0, count: HeaderLayout.size), at: 0)
+    try file.write(try oldStore.file.read(at: 0, count: HeaderLayout.size), at: 0)
     var writer = CheckpointWriter(
-      target: newStore, copyingFrom: store, start: UInt64(HeaderLayout.size), compress: options.compression)
+      target: newStore, copyingFrom: oldStore, start: UInt64(HeaderLayout.size), compress: options.compression)
     var trees: [String: TreeRoot] = [:]
-    for (name, tree) in committedTrees {
+    for (name, tree) in hold.state.trees {
       var t = tree
       if let root = tree.root {
         t.root = .disk(try writer.write(root))
@@ -75,7 +75,8 @@ extension Database {
       }
       trees[name] = t
     }
-    let (offset, checkpoint) = try writer.commit(trees, sequence: lastSequence, previous: .none)
+    let sequence = hold.state.sequence
+    let (offset, checkpoint) = try writer.commit(trees, sequence: sequence, previous: .none)
 
     // 3. Read every tree of the new file back before trusting it.
     let report = TreeChecker.verify(trees, TreeContext(store: newStore))
@@ -86,45 +87,44 @@ extension Database {
     }
 
     // 4. A log naming the new commit record.
-    let walNew = Path.join(path, StoreFiles.newWAL)
-    let (walFile, salt) = try Recovery.createWAL(
-      at: walNew, fs: fs, storeID: storeID, sequence: lastSequence, commitOffset: offset)
+    let log = try WALWriter.prepare(
+      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset))
 
     // 5. Swap both files in. From the first rename on, a failure leaves the
     //    files in a state only recovery should judge: poison the store.
+    let wal: WALWriter
     do {
       try fs.rename(tempPath, to: dataPath)
       installed = true
-      try fs.rename(walNew, to: walPath)
-      try fs.syncDirectory(path)
+      wal = try log.install()
     } catch {
-      walFile.close()
+      log.discard()
       throw setPoison(error)
     }
 
     // 6. Switch over.
-    let old = store
-    store = newStore
-    committedTrees = trees
-    lastCheckpoint = checkpoint
-    lastCommitOffset = BlockOffset(offset)
-    installWAL(WALFile(file: walFile, salt: salt))
-    publish(Version(sequence: lastSequence, trees: trees, store: newStore, checkpoint: checkpoint))
-    old.cache.removeAll()
+    hold.state.store = newStore
+    hold.state.trees = trees
+    hold.state.checkpoint = checkpoint
+    hold.state.commitOffset = BlockOffset(offset)
+    install(wal)
+    publish(Version(sequence: sequence, trees: trees, store: newStore, checkpoint: checkpoint))
+    oldStore.cache.removeAll()
     counters.compactions.add(1)
     return CompactionReport(
       bytesBefore: before, bytesAfter: checkpoint.fileBytes, seconds: Double(currentMilliseconds() - started) / 1000)
   }
 
   /// Compacts after a checkpoint when garbage passes the configured share.
-  func compactIfWasteful() {
+  func compactIfWasteful(holding hold: borrowing WriterGate.Hold) {
+    let checkpoint = hold.state.checkpoint
     guard let ratio = options.autoCompactGarbageRatio,
-      lastCheckpoint.fileBytes >= UInt64(options.autoCompactMinimumBytes)
+      checkpoint.fileBytes >= UInt64(options.autoCompactMinimumBytes)
     else { return }
-    let garbage = lastCheckpoint.fileBytes.minusClamped(lastCheckpoint.liveBytes)
-    guard Double(garbage) > ratio * Double(lastCheckpoint.fileBytes) else { return }
+    let garbage = checkpoint.fileBytes.minusClamped(checkpoint.liveBytes)
+    guard Double(garbage) > ratio * Double(checkpoint.fileBytes) else { return }
     // A failure before the swap leaves the store as it was; after it, the
     // store is poisoned and the next write says so.
-    _ = try? compactHoldingGate()
+    _ = try? compact(holding: hold)
   }
 }

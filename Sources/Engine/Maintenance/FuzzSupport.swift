@@ -23,8 +23,9 @@ public enum FuzzSupport {
     }
     // Blocks of the data file, in order.
     var offset = HeaderLayout.size
-    while offset + BlockLayout.header <= data.count {
-      let stored = Int(data.unsafeLoad(UInt32.self, at: offset + BlockLayout.storedLength))
+    while offset + BlockLayout.header <= data.count,
+      let stored = data.littleEndian(UInt32.self, at: offset + BlockLayout.storedLength).map(Int.init)
+    {
       let end = offset + BlockLayout.header + stored
       guard stored <= Limits.maxBlockPayload, end <= data.count else { break }
       let sum = Checksum.xxh3(data, (offset + BlockLayout.kind)..<end, seed: UInt64(offset))
@@ -32,11 +33,13 @@ public enum FuzzSupport {
       offset = end
     }
     // Records of the WAL, in order.
-    guard wal.count >= HeaderLayout.size else { return }
-    let salt = wal.unsafeLoad(UInt64.self, at: HeaderLayout.field1)
+    guard wal.count >= HeaderLayout.size, let salt = wal.littleEndian(UInt64.self, at: HeaderLayout.salt) else {
+      return
+    }
     var position = HeaderLayout.size
-    while position + WALLayout.header <= wal.count {
-      let length = Int(wal.unsafeLoad(UInt32.self, at: position + WALLayout.length))
+    while position + WALLayout.header <= wal.count,
+      let length = wal.littleEndian(UInt32.self, at: position + WALLayout.length).map(Int.init)
+    {
       let end = position + WALLayout.overhead + length
       guard length <= WALLayout.maximumPayload, end <= wal.count else { break }
       let sum = Checksum.xxh3(wal, (position + WALLayout.length)..<end, seed: salt &+ UInt64(position))

@@ -53,7 +53,7 @@ public final class StoreInspector {
       data = try fs.open(dataPath, .readOnly)
       dataFileBytes = try data.size()
       let head = try data.read(at: 0, count: 8)
-      guard head == HeaderLayout.dataMagic else {
+      guard head.elementsEqual(HeaderLayout.dataMagic) else {
         data.close()
         throw EngineError(.notAStore, "\(StoreFiles.data) does not start with the Cairn magic number", path: dataPath)
       }
@@ -96,7 +96,8 @@ public final class StoreInspector {
       do {
         let head = try data.read(at: offset, count: BlockLayout.header)
         guard head.count == BlockLayout.header else {
-          throw EngineError.corrupted("block header cut off by the end of the file", path: dataPath, offset: offset)
+          throw EngineError.corrupted(
+            "block header cut off by the end of the file", path: dataPath, offset: offset, rule: .f2)
         }
         let h = try BlockFraming.parseHeader(head, at: offset, path: dataPath)
         let length = BlockLayout.header + h.stored
@@ -104,11 +105,9 @@ public final class StoreInspector {
         let block = try BlockFraming.parse(bytes, at: offset, expectedLength: nil, path: dataPath)
         var info = BlockInfo(
           offset: offset, kind: Self.name(of: block.kind), storedLength: block.storedLength,
-          rawLength: block.payload.count, compressed: block.compressed,
-          checksum: bytes.unsafeLoad(UInt64.self, at: 0), commitSequence: nil)
-        if block.kind == .commit, block.payload.count >= 8 {
-          info.commitSequence = block.payload.unsafeLoad(UInt64.self, at: 0)
-        }
+          rawLength: block.payload.count, compressed: block.compressed, checksum: block.checksum,
+          commitSequence: nil)
+        if block.kind == .commit { info.commitSequence = block.payload.littleEndian(UInt64.self, at: 0) }
         guard try visit(info, block) else { return WalkEnd(offset: offset, problem: nil) }
         offset += UInt64(length)
       } catch let e as EngineError {
@@ -147,7 +146,7 @@ public final class StoreInspector {
   public func walSummary() throws -> WALSummary {
     let (bytes, header) = try readWAL()
     var summary = WALSummary(bytes: UInt64(bytes.count), records: 0, tornBytes: 0, lastSequence: nil)
-    let result = try WALReader.scan(bytes, salt: header.field1, path: walPath) { record in
+    let result = try WALReader.scan(bytes, salt: header.salt, path: walPath) { record in
       summary.records += 1
       summary.lastSequence = record.sequence.rawValue
     }
@@ -155,12 +154,14 @@ public final class StoreInspector {
     return summary
   }
 
-  func readWAL() throws -> ([UInt8], FileHeader) {
-    guard fs.exists(walPath) else { throw EngineError(.corrupted, "the write-ahead log is missing", path: walPath) }
+  func readWAL() throws -> ([UInt8], WALHeader) {
+    guard fs.exists(walPath) else {
+      throw EngineError(.corrupted, "the write-ahead log is missing", path: walPath, rule: .f14)
+    }
     let file = try fs.open(walPath, .readOnly)
     defer { file.close() }
-    let bytes = try file.read(at: 0, count: Int(try file.size()))
-    return (bytes, try FileHeader.decode(bytes, kind: .wal, path: walPath))
+    let bytes = try RecoveryPlan.dataOf(file)
+    return (bytes, try WALHeader.decode(bytes, path: walPath))
   }
 
   // MARK: Verification
@@ -173,23 +174,28 @@ public final class StoreInspector {
   /// - Parameter progress: called now and then with a phase and a fraction done.
   public func verify(progress: ((String, Double) -> Void)? = nil) -> VerifyReport {
     var report = VerifyReport()
-    func problem(_ rule: String, _ message: String, path: String, offset: UInt64?) {
-      report.problems.append(.init(rule: rule, message: message, path: path, offset: offset, keyspace: nil))
+    func problem(_ rule: FormatRule, _ message: String, path: String, offset: UInt64?) {
+      report.problems.append(
+        .init(rule: rule.rawValue, message: message, path: path, offset: offset, keyspace: nil))
     }
-    func problem(_ rule: String, _ error: Error, path: String) {
+    /// An error found by a step of the recovery plan, under the rule it names.
+    func problem(_ error: Error, path: String, otherwise rule: FormatRule) {
       let e = error as? EngineError
       report.problems.append(
-        .init(rule: rule, message: e?.message ?? "\(error)", path: e?.path ?? path, offset: e?.offset, keyspace: nil))
+        .init(
+          rule: (e?.rule ?? rule).rawValue, message: e?.message ?? "\(error)", path: e?.path ?? path,
+          offset: e?.offset, keyspace: nil))
     }
 
     // F-1: the header.
+    var dataHeader: DataFileHeader?
     do {
-      _ = try FileHeader.decode(try data.read(at: 0, count: HeaderLayout.size), kind: .data, path: dataPath)
+      dataHeader = try RecoveryPlan.readDataHeader(data)
     } catch {
-      problem("F-1", error, path: dataPath)
+      problem(error, path: dataPath, otherwise: .f1)
     }
 
-    // F-2, F-3: every block.
+    // F-2, F-3: every block; F-4 for every commit record met.
     var commits: [UInt64: CommitRecord] = [:]
     var walked = 0
     let end: WalkEnd
@@ -202,32 +208,43 @@ public final class StoreInspector {
             commits[info.offset] = try CommitRecord.decode(
               block.payload, path: dataPath, offset: info.offset, blockLength: BlockLayout.header + block.storedLength)
           } catch {
-            problem("F-4", error, path: dataPath)
+            problem(error, path: dataPath, otherwise: .f4)
           }
         }
         return true
       }
     } catch {
-      problem("F-2", error, path: dataPath)
+      problem(error, path: dataPath, otherwise: .f2)
       return report
     }
     report.blocksChecked = walked
 
-    // F-4: the last commit record, as recovery finds it, and its chain.
-    var walHeader: FileHeader?
+    // F-14: the WAL's header, and that it belongs to this data file.
+    var walHeader: WALHeader?
     var walBytes: [UInt8] = []
     do {
       (walBytes, walHeader) = try readWAL()
+      if let walHeader, let dataHeader {
+        try RecoveryPlan.checkBelongs(walHeader, to: dataHeader, walPath: walPath)
+      }
     } catch {
-      problem("F-14", error, path: walPath)
+      problem(error, path: walPath, otherwise: .f14)
+      walHeader = nil
     }
-    let latest: (record: CommitRecord, offset: UInt64, end: UInt64)
+
+    // F-4: the latest checkpoint, as recovery finds it, and its chain.
+    let latest: RecoveryPlan.LatestCheckpoint
     do {
-      let found = try Recovery.latestCommit(data, size: dataFileBytes, hint: walHeader?.field3 ?? 0, path: dataPath)
-      latest = (found.0, found.offset, found.end)
+      if let walHeader {
+        latest = try RecoveryPlan.latestCheckpoint(data, size: dataFileBytes, walHeader: walHeader)
+      } else if let found = RecoveryPlan.commitEndingFile(data, size: dataFileBytes) {
+        latest = found
+      } else {
+        throw EngineError(.corrupted, "no commit record ends the data file", path: dataPath, rule: .f4)
+      }
     } catch {
-      problem("F-4", error, path: dataPath)
-      if let p = end.problem { problem("F-2", p, path: dataPath) }
+      problem(error, path: dataPath, otherwise: .f4)
+      if let p = end.problem { problem(p, path: dataPath, otherwise: .f2) }
       return report
     }
     if let p = end.problem {
@@ -236,33 +253,14 @@ public final class StoreInspector {
           "\(dataFileBytes - end.offset) bytes after the last commit record (at \(latest.offset)) are the torn "
             + "tail of a checkpoint cut short; recovery cuts them off")
       } else {
-        problem(p.message.contains("checksum") || p.message.contains("LZ4") ? "F-3" : "F-2", p, path: dataPath)
+        problem(p, path: dataPath, otherwise: .f2)
       }
     } else if end.offset != latest.end {
       problem(
-        "F-4", "the last commit record ends at \(latest.end), not at the end of the file", path: dataPath,
-        offset: latest.offset)
+        .f4, "the last commit record ends at \(latest.end), not at the end of the file", path: dataPath,
+        offset: latest.offset.rawValue)
     }
-    var at = latest.offset
-    var previous = latest.record.previous.rawValue
-    var hops = 0
-    while previous != 0 && hops <= commits.count {
-      hops += 1
-      guard previous < at else {
-        problem(
-          "F-4", "commit record at \(at) names a previous record at \(previous), not below it", path: dataPath,
-          offset: at)
-        break
-      }
-      guard let record = commits[previous] else {
-        problem(
-          "F-4", "commit record at \(at) names a previous record at \(previous) that is not a valid commit record",
-          path: dataPath, offset: at)
-        break
-      }
-      at = previous
-      previous = record.previous.rawValue
-    }
+    checkChain(from: latest, commits: commits) { problem(.f4, $0, path: dataPath, offset: $1) }
 
     // F-5 to F-13: every tree of the last checkpoint.
     progress?("trees", 0)
@@ -276,53 +274,69 @@ public final class StoreInspector {
     report.nodesChecked = treeReport.nodesChecked
     report.keyCounts = treeReport.keyCounts
 
-    // F-14, F-15: the WAL, then its replay through the engine's own recovery.
+    // F-14, F-15: the WAL continues from this checkpoint, its records are
+    // valid, and replaying them gives trees that check clean.
     guard let walHeader else { return report }
     progress?("log", 0)
-    if walHeader.storeID != (try? data.read(at: UInt64(HeaderLayout.storeID), count: 16)) {
-      problem(
-        "F-14", "the WAL belongs to another store (store ids differ)", path: walPath,
-        offset: UInt64(HeaderLayout.storeID))
-      return report
-    }
-    var last = latest.record.sequence
-    var walOK = true
+    var plan = RecoveryPlan(
+      dataHeader: dataHeader ?? DataFileHeader(storeID: walHeader.storeID, createdMilliseconds: 0),
+      dataFileSize: dataFileBytes, checkpoint: latest, walHeader: walHeader,
+      walBytes: walBytes, walScan: WALReader.Result(end: UInt64(HeaderLayout.size), discarded: 0, records: 0),
+      replay: [], skipped: 0, lastSequence: latest.record.sequence)
     do {
-      let scan = try WALReader.scan(walBytes, salt: walHeader.field1, path: walPath) { record in
-        report.walRecords += 1
-        if record.sequence <= latest.record.sequence { return }
-        guard record.sequence == last.next else {
-          throw EngineError(
-            .corrupted, "record has sequence \(record.sequence) where \(last.next) should follow", path: walPath,
-            offset: record.position)
-        }
-        last = record.sequence
-      }
-      if scan.discarded > 0 {
+      try RecoveryPlan.checkContinues(walHeader, from: latest, walPath: walPath, dataPath: dataPath)
+      try plan.scanLog(path: walPath)
+      report.walRecords = plan.walScan.records
+      if plan.walScan.discarded > 0 {
         report.notes.append(
-          "the WAL ends with a torn record of \(scan.discarded) bytes at \(scan.end); recovery discards it")
+          "the WAL ends with a torn record of \(plan.walScan.discarded) bytes at \(plan.walScan.end); "
+            + "recovery discards it")
       }
     } catch {
-      walOK = false
-      problem("F-15", error, path: walPath)
+      problem(error, path: walPath, otherwise: .f15)
+      return report
     }
-    if walOK && report.walRecords > 0 && report.problems.isEmpty {
+    if !plan.replay.isEmpty && report.problems.isEmpty {
       do {
-        var options = Options()
-        options.fileSystem = fs
-        options.readOnly = true
-        options.cacheSize = 16 << 20
-        let db = try Database.open(at: path, options: options)
-        defer { try? db.close() }
-        let replayed = try db.snapshot().verify()
+        let context = TreeContext(store: store, owner: 1)
+        try plan.forEachRecordToApply(path: walPath) { record in
+          for op in record.operations {
+            try Recovery.replay(op, into: &trees, context, record: record, path: walPath)
+          }
+        }
+        let replayed = TreeChecker.verify(trees, TreeContext(store: store))
         report.problems += replayed.problems
         report.keyCounts = replayed.keyCounts
       } catch {
-        problem("F-15", error, path: walPath)
+        problem(error, path: walPath, otherwise: .f15)
       }
     }
     progress?("done", 1)
     return report
+  }
+
+  /// Follows `previous` from the latest commit record: each must be a
+  /// valid commit record at a lower offset, down to one whose `previous` is 0 (F-4).
+  private func checkChain(
+    from latest: RecoveryPlan.LatestCheckpoint, commits: [UInt64: CommitRecord],
+    _ problem: (String, UInt64) -> Void
+  ) {
+    var at = latest.offset.rawValue
+    var previous = latest.record.previous.rawValue
+    var hops = 0
+    while previous != 0 && hops <= commits.count {
+      hops += 1
+      guard previous < at else {
+        problem("commit record at \(at) names a previous record at \(previous), not below it", at)
+        return
+      }
+      guard let record = commits[previous] else {
+        problem("commit record at \(at) names a previous record at \(previous) that is not a valid commit record", at)
+        return
+      }
+      at = previous
+      previous = record.previous.rawValue
+    }
   }
 }
 

@@ -74,7 +74,8 @@ final class Condition: @unchecked Sendable {
   func broadcast() { pthread_cond_broadcast(cond) }
 }
 
-/// A value guarded by its own ``Lock``.
+/// A value guarded by its own ``Lock``: the only way to reach it is
+/// ``withLock(_:)``.
 final class Locked<Value>: @unchecked Sendable {
   private let lock = Lock()
   private var value: Value
@@ -85,6 +86,47 @@ final class Locked<Value>: @unchecked Sendable {
   func withLock<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
     lock.lock()
     defer { lock.unlock() }
+    return try body(&value)
+  }
+}
+
+/// A value guarded by its own ``Lock``, with a condition variable for
+/// waiting until the value reaches some state.
+///
+/// The value is reachable only inside ``withLock(_:)`` and
+/// ``withLock(when:_:)``. Waiting happens in the latter, before its body
+/// runs, so no body ever holds the value across a wait.
+final class LockedCondition<Value>: @unchecked Sendable {
+  // Safe: `value` is touched only between lock() and unlock() below.
+  private let lock = Lock()
+  private let condition = Condition()
+  private var value: Value
+
+  init(_ value: Value) { self.value = value }
+
+  /// Runs `body` with the value, holding the lock. With `notify`, wakes
+  /// every waiter afterwards (they re-check their conditions).
+  @inline(__always)
+  func withLock<T, E: Error>(notify: Bool = false, _ body: (inout Value) throws(E) -> T) throws(E) -> T {
+    lock.lock()
+    defer {
+      if notify { condition.broadcast() }
+      lock.unlock()
+    }
+    return try body(&value)
+  }
+
+  /// Waits until `ready` holds for the value, then runs `body` with the
+  /// lock still held. With `notify`, wakes every waiter afterwards.
+  func withLock<T, E: Error>(
+    when ready: (borrowing Value) -> Bool, notify: Bool = false, _ body: (inout Value) throws(E) -> T
+  ) throws(E) -> T {
+    lock.lock()
+    defer {
+      if notify { condition.broadcast() }
+      lock.unlock()
+    }
+    while !ready(value) { condition.wait(lock) }
     return try body(&value)
   }
 }

@@ -148,7 +148,8 @@ extension WALRecord {
     throws(EngineError) -> WALRecord
   {
     var r = ByteReader(
-      bytes, from: range.lowerBound, to: range.upperBound, path: path, base: 0, what: "WAL record at \(position)")
+      bytes, from: range.lowerBound, to: range.upperBound, path: path, base: 0, what: "WAL record at \(position)",
+      rule: .f15)
     let sequence = CommitSequence(try r.u64("sequence"))
     let synced = WALPosition(try r.u64("synced-through position"))
     let nameCount = Int(try r.u16("keyspace name count"))

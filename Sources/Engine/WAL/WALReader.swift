@@ -23,6 +23,9 @@ enum WALReader {
   }
 
   /// Scans `bytes` (a whole WAL file) and calls `body` with each valid record.
+  ///
+  /// - Throws: ``EngineError/Code/corrupted`` (rule F-15) naming the
+  ///   position of a damaged record; whatever `body` throws.
   static func scan(
     _ bytes: [UInt8], salt: UInt64, path: String, _ body: (WALRecord) throws -> Void
   ) throws -> Result {
@@ -36,12 +39,12 @@ enum WALReader {
         count += 1
         position += record.length
       case .damaged(let why):
-        throw EngineError(.corrupted, "WAL record \(why)", path: path, offset: UInt64(position))
+        throw EngineError(.corrupted, "WAL record \(why)", path: path, offset: UInt64(position), rule: .f15)
       case .torn(let why):
-        if let evidence = try evidenceAgainstTear(bytes, at: position, salt: salt, path: path) {
+        if let evidence = evidenceAgainstTear(bytes, at: position, salt: salt, path: path) {
           throw EngineError(
             .corrupted, "WAL record \(why), but \(evidence): a complete record was damaged", path: path,
-            offset: UInt64(position))
+            offset: UInt64(position), rule: .f15)
         }
         return Result(end: UInt64(position), discarded: UInt64(size - position), records: count)
       }
@@ -55,26 +58,28 @@ enum WALReader {
     case damaged(String)
   }
 
+  /// What the bytes at `position` are: a valid record, a torn one, or a damaged one (FORMAT.md §5).
   static func classify(_ bytes: [UInt8], at position: Int, salt: UInt64, path: String) -> Classification {
-    let size = bytes.count
-    guard size - position >= WALLayout.header else { return .torn("header is cut off at the end of the file") }
-    let length = Int(bytes.unsafeLoad(UInt32.self, at: position + WALLayout.length))
-    let type = bytes[position + WALLayout.type]
-    let reservedZero =
-      bytes[position + WALLayout.reserved] == 0 && bytes[position + WALLayout.reserved + 1] == 0
-      && bytes[position + WALLayout.reserved + 2] == 0
-    guard type == WALLayout.typeTransaction, reservedZero, length >= WALLayout.minimumPayload,
+    var header = ByteReader(bytes, from: position, path: path, base: 0, what: "WAL record", rule: .f15)
+    guard let stored = try? header.u64("checksum"), let length32 = try? header.u32("length"),
+      let type = try? header.u8("type"), let reserved = try? header.bytes(3, "reserved")
+    else { return .torn("header is cut off at the end of the file") }
+    let length = Int(length32)
+    guard type == WALLayout.typeTransaction, reserved == [0, 0, 0], length >= WALLayout.minimumPayload,
       length <= WALLayout.maximumPayload
     else { return .torn("header is not plausible (type \(type), length \(length))") }
     let total = WALLayout.overhead + length
-    guard total <= size - position else { return .torn("extends \(total) bytes, past the end of the file") }
+    guard total <= bytes.count - position else {
+      return .torn("extends \(total) bytes, past the end of the file")
+    }
     let trailer = position + WALLayout.header + length
-    let trailerLength = Int(bytes.unsafeLoad(UInt32.self, at: trailer + WALLayout.trailerLength))
-    let magic = bytes.unsafeLoad(UInt32.self, at: trailer + WALLayout.trailerMagic)
-    let stored = bytes.unsafeLoad(UInt64.self, at: position + WALLayout.checksum)
+    var tail = ByteReader(bytes, from: trailer, path: path, base: 0, what: "WAL record trailer", rule: .f15)
+    guard let trailerLength = try? tail.u32("trailer length"), let magic = try? tail.u32("trailer magic") else {
+      return .torn("trailer is cut off at the end of the file")
+    }
     let computed = Checksum.xxh3(
       bytes, (position + WALLayout.length)..<(position + total), seed: salt &+ UInt64(position))
-    if stored == computed && trailerLength == length && magic == WALLayout.magicValue {
+    if stored == computed && Int(trailerLength) == length && magic == WALLayout.magicValue {
       do {
         let record = try WALRecord.decodePayload(
           bytes, (position + WALLayout.header)..<trailer, position: UInt64(position), path: path)
@@ -89,15 +94,20 @@ enum WALReader {
 
   /// Looks past a torn-looking record at `position` for proof that it was
   /// complete. Returns a description of the proof, or nil.
-  static func evidenceAgainstTear(_ bytes: [UInt8], at position: Int, salt: UInt64, path: String) throws -> String? {
-    let size = bytes.count
+  ///
+  /// A later trailer is found by its magic; the u32 before the magic is the
+  /// payload length L, so the record it ends starts at `magic − 4 − L − 16`.
+  /// A trailer whose record starts exactly at `position` proves the record
+  /// there complete; a later valid record synced past `position` proves it
+  /// was durable.
+  static func evidenceAgainstTear(_ bytes: [UInt8], at position: Int, salt: UInt64, path: String) -> String? {
     var m = position + WALLayout.header + WALLayout.minimumPayload + WALLayout.trailerMagic
-    let magic = WALLayout.magicValue
-    while m + 4 <= size {
+    while let candidate = bytes.littleEndian(UInt32.self, at: m) {
       defer { m += 1 }
-      guard bytes.unsafeLoad(UInt32.self, at: m) == magic else { continue }
-      let length = Int(bytes.unsafeLoad(UInt32.self, at: m - 4))
-      let start = m - 4 - length - WALLayout.header
+      guard candidate == WALLayout.magicValue, let length32 = bytes.littleEndian(UInt32.self, at: m - 4) else {
+        continue
+      }
+      let start = m - 4 - Int(length32) - WALLayout.header
       if start == position { return "a trailer at \(m - 4) marks it complete" }
       guard start > position else { continue }
       if case .valid(let later) = classify(bytes, at: start, salt: salt, path: path),
