@@ -32,8 +32,10 @@ let recordFormatVersion: UInt8 = 1
 /// The bytes being written: raw storage that grows by doubling. Appending
 /// through `[UInt8]` cost a uniqueness and capacity check per call, a third
 /// of encoding a small model; here an append is a bounds check and a copy.
-/// Owned by one `RecordEncoder`, which frees it.
-struct ByteBuffer {
+/// Owned by one `RecordEncoder`; freed when it goes.
+struct ByteBuffer: ~Copyable {
+  // Owned: allocated here, reallocated by grow, freed by deinit. Being
+  // non-copyable, no second owner can free it again or write after free.
   private(set) var base: UnsafeMutablePointer<UInt8>
   private(set) var count = 0
   private(set) var capacity: Int
@@ -43,7 +45,7 @@ struct ByteBuffer {
     base = .allocate(capacity: self.capacity)
   }
 
-  func free() { base.deallocate() }
+  deinit { base.deallocate() }
 
   /// Forgets the bytes written, keeping the storage.
   mutating func reset() { count = 0 }
@@ -116,8 +118,6 @@ final class RecordEncoder: PrimitiveWriter {
   // Not checked at run time: an encoder lives inside one encode call, on one
   // thread, and the checks cost a quarter of encoding.
   @exclusivity(unchecked) var buffer = ByteBuffer(capacity: 256)
-
-  deinit { buffer.free() }
 
   static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
     let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [])
