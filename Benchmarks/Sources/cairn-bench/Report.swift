@@ -120,7 +120,7 @@ func orderedSystems(_ row: Row) -> [String] {
 /// Plain-text tables for the terminal.
 func textTables(_ rows: [Row]) -> String {
   var out = ""
-  for (id, _, title) in Workloads.list {
+  for (id, title) in Workloads.all.map({ ($0.id, $0.title) }) {
     let mine = rows.filter { $0.workload == id }
     guard !mine.isEmpty else { continue }
     out += "\n\(id). \(title)\n"
@@ -147,7 +147,7 @@ func pad(_ cells: [String]) -> String {
 /// Markdown tables for BENCHMARKS.md.
 func markdownTables(_ rows: [Row]) -> String {
   var out = ""
-  for (id, _, title) in Workloads.list {
+  for (id, title) in Workloads.all.map({ ($0.id, $0.title) }) {
     let mine = rows.filter { $0.workload == id }
     guard !mine.isEmpty else { continue }
     out += "\n### \(id). \(title)\n\n"

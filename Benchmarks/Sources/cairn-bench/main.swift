@@ -11,7 +11,7 @@ let usage = """
 
     --quick          every workload at 1/100 size, one run (under a minute)
     --scale X        sizes times X (1 = the defaults: 1M records, 2M for deletes)
-    --workloads L    comma-separated ids or names (default all): \(Workloads.list.map { "\($0.id)=\($0.name)" }.joined(separator: " "))
+    --workloads L    comma-separated ids or names (default all): \(Workloads.all.map { "\($0.id)=\($0.name)" }.joined(separator: " "))
     --systems L      comma-separated: cairn,sqlite,lmdb (default all)
     --runs N         runs per workload and system; the tables show medians (default 3)
     --out DIR        where results.json and ratios.svg go (default ../out/bench)
@@ -34,8 +34,10 @@ if args.first == "child" {
   do {
     let build = args[1].hasSuffix("-build")
     let id = build ? String(args[1].dropLast("-build".count)) : args[1]
-    let ms = try Workloads.run(id, system: args[2], config: config, build: build)
-    print(String(decoding: try JSONEncoder().encode(ms), as: UTF8.self))
+    guard let workload = Workloads.named(id) else { fail("unknown workload \(id)") }
+    let recorder = Recorder(workload: workload.id, system: args[2])
+    try workload.run(system: args[2], config: config, build: build, into: recorder)
+    print(String(decoding: try JSONEncoder().encode(recorder.measurements), as: UTF8.self))
     exit(0)
   } catch {
     FileHandle.standardError.write(Data("\(args[1]) on \(args[2]): \(error)\n".utf8))
@@ -45,7 +47,7 @@ if args.first == "child" {
 
 var scale = 1.0
 var runs = 3
-var workloads = Workloads.list.map(\.id)
+var workloads = Workloads.all.map(\.id)
 var systems = ["cairn", "sqlite", "lmdb"]
 var outDir = "../out/bench"
 var markdown: String?
@@ -70,10 +72,8 @@ while i < args.count {
     runs = v
   case "--workloads":
     workloads = value().split(separator: ",").map { w in
-      guard let id = Workloads.list.first(where: { $0.id == w || $0.name == w })?.id else {
-        fail("unknown workload \(w)")
-      }
-      return id
+      guard let workload = Workloads.named(w) else { fail("unknown workload \(w)") }
+      return workload.id
     }
   case "--systems":
     systems = value().split(separator: ",").map(String.init)
@@ -126,14 +126,15 @@ var seed: UInt64 = 20_261_129
 
 for run in 0..<runs {
   for id in workloads {
+    guard let workload = Workloads.named(id) else { continue }
     // Alternate the order of systems between runs (A B C, C B A, ...).
-    var order = Workloads.systems(for: id, chosen: systems)
+    var order = workload.systems(chosen: systems)
     if run % 2 == 1 { order.reverse() }
     for system in order {
       let dir = folder + "/run\(run)-w\(id)-\(system)"
       try? FileManager.default.removeItem(atPath: dir)
       let config = Config(scale: scale, seed: seed &+ UInt64(run), folder: dir)
-      if Workloads.needsBuild.contains(id) { _ = runChild(id + "-build", system, config) }
+      if workload.needsBuild { _ = runChild(id + "-build", system, config) }
       let t = now()
       if let ms = runChild(id, system, config) {
         measurements += ms
