@@ -13,6 +13,9 @@ let package = Package(
   products: [
     .library(name: "Engine", targets: ["Engine"]),
     .library(name: "Repo", targets: ["Repo"]),
+    // Test doubles (simulated and fault-injecting file systems, a seedable
+    // random generator) for the tests, the fuzzers and the benchmarks.
+    .library(name: "EngineTestSupport", targets: ["EngineTestSupport"]),
     .executable(name: "enginectl", targets: ["enginectl"]),
   ],
   targets: [
@@ -28,6 +31,7 @@ let package = Package(
     ),
     .target(name: "Engine", dependencies: ["CLZ4", "CXXHash"]),
     .target(name: "Repo", dependencies: ["Engine"]),
+    .target(name: "EngineTestSupport", dependencies: ["Engine"]),
     .executableTarget(name: "enginectl", dependencies: ["Engine"]),
     // `make demo`: the README quick start, compiled and run as is.
     .executableTarget(name: "cairn-demo", dependencies: ["Engine"]),
@@ -36,12 +40,12 @@ let package = Package(
     .executableTarget(name: "cairn-observe-demo", dependencies: ["Repo"]),
     // Child process for the crash tests: commits numbered transactions and
     // reports each one on stdout until it is killed.
-    .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine"]),
+    .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine", "EngineTestSupport"]),
     // The file-reader fuzz target (libFuzzer with -DFUZZING; a plain build
     // replays inputs, which the test suite does with the saved corpus).
-    .executableTarget(name: "FuzzStore", dependencies: ["Engine"]),
-    .testTarget(name: "EngineTests", dependencies: ["Engine"]),
-    .testTarget(name: "RepoTests", dependencies: ["Repo"]),
+    .executableTarget(name: "FuzzStore", dependencies: ["Engine", "EngineTestSupport"]),
+    .testTarget(name: "EngineTests", dependencies: ["Engine", "EngineTestSupport"]),
+    .testTarget(name: "RepoTests", dependencies: ["Repo", "EngineTestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -16,7 +16,8 @@ let package = Package(
     .executableTarget(
       name: "cairn-bench",
       dependencies: [
-        .product(name: "Engine", package: "Cairn"), .product(name: "Repo", package: "Cairn"), "CSQLite", "CLMDB",
+        .product(name: "Engine", package: "Cairn"), .product(name: "Repo", package: "Cairn"),
+        .product(name: "EngineTestSupport", package: "Cairn"), "CSQLite", "CLMDB",
       ]
     ),
   ],

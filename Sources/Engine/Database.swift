@@ -110,10 +110,12 @@ public final class Database: Sendable {
 
   /// A store in memory, with the same engine and API, for tests and caches.
   ///
-  /// It lives on a private ``MemoryFileSystem`` and is gone when closed.
+  /// Its files live in memory, private to it, and are gone when it is
+  /// released. Syncs cost nothing, so commits are fast; nothing survives the
+  /// process.
   public static func inMemory(options: Options = Options()) throws -> Database {
     var options = options
-    options.fileSystem = MemoryFileSystem()
+    options.fileSystem = VolatileFileSystem()
     options.readOnly = false
     options.createIfMissing = true
     return try open(at: "/cairn", options: options)

@@ -12,6 +12,7 @@
 // folder) once; the test suite replays the saved corpus this way.
 // `FuzzStore --write-seeds DIR` writes the seed corpus from real stores.
 @_spi(Fuzzing) import Engine
+import EngineTestSupport
 import Foundation
 
 enum Harness {

@@ -9,6 +9,7 @@
 // large value), and now and then range-deletes old "txn/" keys. A small
 // checkpoint threshold makes checkpoints, and crashes inside them, common.
 import Engine
+import EngineTestSupport
 import Foundation
 
 /// Writes a line straight to fd 1 (unbuffered), so nothing acknowledged is

@@ -1,4 +1,5 @@
 import Engine
+import EngineTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 import Engine
+import EngineTestSupport
 import Foundation
 
 /// Deterministic test data: the same seed gives every system the same keys

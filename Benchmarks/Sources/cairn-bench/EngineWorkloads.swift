@@ -1,4 +1,5 @@
 import Engine
+import EngineTestSupport
 import Foundation
 
 // The key-value workloads (1-10): the same operations on Cairn's engine,

@@ -1,5 +1,6 @@
 import CSQLite
 import Engine
+import EngineTestSupport
 import Foundation
 import Repo
 

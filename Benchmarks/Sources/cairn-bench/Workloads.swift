@@ -1,4 +1,5 @@
 import Engine
+import EngineTestSupport
 import Foundation
 
 /// One measured row of one run of one system.

@@ -1,11 +1,12 @@
 /// All file access of the engine goes through this protocol.
 ///
-/// Three implementations ship with Cairn: ``POSIXFileSystem`` (the real
-/// disk), ``MemoryFileSystem`` (an in-memory disk that knows which bytes are
-/// durable and can produce the image a power cut would leave), and
-/// ``FaultInjectingFileSystem`` (wraps another and fails, tears, or stops
-/// operations on command). Tests swap them in the way SQLite's VFS and redb's
-/// `StorageBackend` are used.
+/// The library ships ``POSIXFileSystem`` (the real disk) and, privately,
+/// the in-memory files of ``Database/inMemory(options:)``. The
+/// `EngineTestSupport` library adds `MemoryFileSystem` (an in-memory disk
+/// that knows which bytes are durable and can produce the image a power cut
+/// would leave), `FaultInjectingFileSystem` (wraps another and fails, tears,
+/// or stops operations on command) and `RecordingFileSystem`. Tests swap
+/// them in the way SQLite's VFS and redb's `StorageBackend` are used.
 ///
 /// Implementations must be safe to call from several threads at once: readers
 /// call ``StorageFile/read(at:count:)`` concurrently with the writer.

@@ -1,3 +1,5 @@
+import Engine
+
 /// An in-memory file system that knows which bytes are durable.
 ///
 /// Every file keeps its live bytes (what reads see) and its durable bytes
@@ -8,8 +10,7 @@
 ///
 /// ``powerLoss(_:)`` returns the file system a power cut at this moment would
 /// leave behind, under one of several ``PowerLoss`` models; the crash tests
-/// reopen the store on it. With no faults injected this is also the fast
-/// in-memory backend of ``Database/inMemory(options:)``.
+/// reopen the store on it.
 public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
   /// What survives a simulated power cut.
   public enum PowerLoss: Sendable {
@@ -473,23 +474,5 @@ final class MemoryFileLock: FileLock, @unchecked Sendable {
       return r
     }
     if !wasReleased { fs.releaseLock(path) }
-  }
-}
-
-/// A small, fast, seedable random generator (SplitMix64), for tests and
-/// simulations that must replay from a printed seed.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
-  private var state: UInt64
-
-  /// Creates a generator; the same seed gives the same sequence.
-  public init(seed: UInt64) { state = seed }
-
-  /// The next 64 random bits.
-  public mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }

@@ -1,3 +1,5 @@
+import Engine
+
 /// Wraps another file system and injects failures on command.
 ///
 /// What it can do, each once or persistently ("keep failing", as SQLite's

@@ -1,3 +1,5 @@
+import Engine
+
 /// Wraps another file system and records every operation that changes it,
 /// so the disk as it stood after any operation can be rebuilt.
 ///
