@@ -119,6 +119,20 @@ import Testing
     #expect(problems.contains { $0["offset"] as? Int == offset })
   }
 
+  @Test func verifyReportsEveryRuleByItsTag() throws {
+    // FORMAT.md §7: a store breaking each rule, checked by the real command.
+    for rule in RuleBreakers.all {
+      let folder = TempFolder("ctl")
+      try FileManager.default.createDirectory(atPath: folder.path, withIntermediateDirectories: true)
+      let s = try RuleBreakers.store(breaking: rule)
+      try Data(s.data).write(to: URL(fileURLWithPath: folder.path + "/cairn.data"))
+      try Data(s.wal).write(to: URL(fileURLWithPath: folder.path + "/cairn.wal"))
+      let r = try Self.run(["verify", folder.path])
+      #expect(r.status == 1, "\(rule): \(r.stdout) \(r.stderr)")
+      #expect(r.stdout.contains("[\(rule)]"), "\(rule): \(r.stdout)")
+    }
+  }
+
   @Test func verifyReportsATruncatedDataFile() throws {
     let folder = TempFolder("ctl")
     try Self.makeStore(folder.path)

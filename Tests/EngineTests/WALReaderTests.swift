@@ -124,6 +124,25 @@ import Testing
     #expect(found.isEmpty)
   }
 
+  @Test func aRecordThatPassesItsChecksumButDoesNotDecodeIsDamage() throws {
+    var (bytes, starts) = Self.log(3)
+    // Record 2's first opcode (after sequence, synced-through, one name "ks"
+    // and the op count) becomes unknown, and the checksum is made to match.
+    let start = starts[1]
+    let opcode = start + WALLayout.header + 8 + 8 + 2 + 3 + 4
+    #expect(bytes[opcode] == WALOpcode.put.rawValue)
+    bytes[opcode] = 0x7F
+    let sum = Checksum.xxh3(bytes, (start + WALLayout.length)..<starts[2], seed: Self.salt &+ UInt64(start))
+    bytes.replaceSubrange(start..<(start + 8), with: withUnsafeBytes(of: sum.littleEndian) { Array($0) })
+    #expect(Self.isCorruption(bytes, at: start))
+    do {
+      _ = try Self.scan(bytes)
+    } catch let e as EngineError {
+      #expect(e.rule == .f15)
+      #expect(e.message.contains("does not decode"), "\(e)")
+    }
+  }
+
   @Test func anUnknownRecordTypeEndsTheLog() throws {
     var (bytes, starts) = Self.log(2)
     bytes = Array(bytes[..<starts[1]])

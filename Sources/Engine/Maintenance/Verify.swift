@@ -87,6 +87,11 @@ struct TreeChecker {
         rule: rule, message: message, path: ctx.store.path, offset: offset, keyspace: keyspace, keyRange: range))
   }
 
+  /// F-3 when `error` is a checksum or decompression failure, else `rule`.
+  static func rule(of error: Error, otherwise rule: FormatRule) -> String {
+    ((error as? EngineError)?.rule == .f3 ? FormatRule.f3 : rule).rawValue
+  }
+
   mutating func check(_ tree: TreeRoot) {
     guard let root = tree.root else {
       if tree.count != 0 || tree.height != 0 {
@@ -120,7 +125,9 @@ struct TreeChecker {
     do {
       node = try ctx.resolve(ref)
     } catch {
-      problem("F-5", "node does not read: \(error)", offset: offset)
+      // A checksum or decompression failure is F-3; anything else about a
+      // reachable node that does not read is F-5.
+      problem(Self.rule(of: error, otherwise: .f5), "node does not read: \(error)", offset: offset)
       return nil
     }
     report.nodesChecked += 1
@@ -152,7 +159,9 @@ struct TreeChecker {
           do {
             _ = try ctx.store.largeValue(r, length: Int(leaf.slots[i].valueLength))
           } catch {
-            problem("F-12", "large value of key \(show(key)) does not read: \(error)", offset: r.offset.rawValue)
+            problem(
+              Self.rule(of: error, otherwise: .f12), "large value of key \(show(key)) does not read: \(error)",
+              offset: r.offset.rawValue)
           }
         }
       }
