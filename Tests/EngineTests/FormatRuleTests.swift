@@ -305,6 +305,13 @@ enum RuleBreakers {
 
   @Test("F-11: no node is empty") func f11() throws {
     #expect(try RuleBreakers.store(breaking: .f11).rulesReported() == ["F-11"])
+    // An empty keyspace whose byte-count is not 0.
+    var s = try CraftedStore()
+    s.commit([CommitRecord.Root(name: "ks", root: nil, height: 0, count: 0)])
+    let byteCount = Int(s.lastCommit) + BlockLayout.header + 28 + 1 + 2 + 8 + 4
+    s.data[byteCount] = 7
+    FuzzSupport.resealChecksums(data: &s.data, wal: &s.wal)
+    #expect(try s.rulesReported().contains("F-11"))
   }
 
   @Test("F-12: a large-value reference names a large value of its length") func f12() throws {

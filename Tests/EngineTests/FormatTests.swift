@@ -1,4 +1,4 @@
-import Engine
+@testable import Engine
 import EngineTestSupport
 import Foundation
 import Testing
@@ -118,5 +118,40 @@ import Testing
     #expect(try again.read { try $0.count(in: "users") } == UInt64(Self.fixtureContents["users"]!.count + 1))
     #expect(try again.read { try $0.get(b("big"), in: "blobs") } == Self.fixtureContents["blobs"]![b("big")])
     try again.close()
+  }
+}
+
+extension FormatTests {
+  /// FORMAT.md §2.6, field by field.
+  @Test func theWorkedDataFileExampleIsTheseBytes() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    try db.write { tx in
+      try tx.put(b("user:1"), b("alice"), in: "users")
+      try tx.put(b("user:2"), b("bob"), in: "users")
+    }
+    try db.checkpoint()
+    try db.close()
+    let d = try #require(fs.contents(of: "/s/cairn.data"))
+    func u8(_ at: Int) -> UInt64 { UInt64(d[at]) }
+    func u16(_ at: Int) -> UInt64 { u8(at) | u8(at + 1) << 8 }
+    func u32(_ at: Int) -> UInt64 { u16(at) | u16(at + 2) << 16 }
+    func u64(_ at: Int) -> UInt64 { u32(at) | u32(at + 4) << 32 }
+    func text(_ at: Int, _ n: Int) -> String { String(decoding: d[at..<(at + n)], as: UTF8.self) }
+    #expect(d.count == 281)
+    // The leaf at 124.
+    #expect(u8(132) == 1 && u8(133) == 0 && u16(134) == 0 && u32(136) == 38 && u32(140) == 38 && u32(144) == 0)
+    #expect(u32(148) == 2)
+    #expect(u16(152) == 6 && u8(154) == 0 && u32(155) == 5)
+    #expect(u16(159) == 6 && u8(161) == 0 && u32(162) == 3)
+    #expect(text(166, 11) == "user:1alice" && text(177, 9) == "user:2bob")
+    #expect(u64(124) == Checksum.xxh3(d, 132..<186, seed: 124))
+    // The commit record at 186.
+    #expect(u8(194) == 4 && u8(195) == 0 && u32(198) == 71 && u32(202) == 71)
+    #expect(u64(210) == 1 && u64(218) == 64 && u32(234) == 1)
+    #expect(u8(238) == 5 && text(239, 5) == "users")
+    #expect(u64(244) == 124 && u32(252) == 62 && u64(256) == 62 && u8(264) == 1 && u64(265) == 2)
+    #expect(u32(273) == 95 && text(277, 4) == "CMIT")
+    #expect(u64(186) == Checksum.xxh3(d, 194..<281, seed: 186))
   }
 }

@@ -77,8 +77,10 @@ struct CommitRecord: Equatable {
       let keys = try r.u64("key count of \(name)")
       let root: DiskRef?
       if rootOffset == 0 {
-        guard height == 0, keys == 0, rootLength == 0 else {
-          throw r.error("empty keyspace \(name) has a height or count")
+        guard height == 0, keys == 0, rootLength == 0, bytes == 0 else {
+          throw r.error(
+            "empty keyspace \(name) has root length \(rootLength), height \(height), \(keys) keys, \(bytes) bytes",
+            rule: .f11)
         }
         root = nil
       } else {
