@@ -1,5 +1,5 @@
 # The same words everywhere: make demo, make test, make test-tsan,
-# make bench, make bench-quick, make fuzz.
+# make bench, make bench-quick, make fuzz (and make fuzz-check, its CI form).
 #
 # Every target installs the Debian packages it needs first.
 
@@ -7,7 +7,7 @@ SWIFT ?= swift
 LIB_PACKAGES   := liblz4-dev libxxhash-dev
 BENCH_PACKAGES := $(LIB_PACKAGES) libsqlite3-dev liblmdb-dev
 
-.PHONY: deps bench-deps demo test test-tsan bench bench-quick fuzz format lint clean
+.PHONY: deps bench-deps demo test test-tsan bench bench-quick fuzz fuzz-check fuzz-merge format lint clean
 
 deps:
 	@scripts/ensure-packages.sh $(LIB_PACKAGES)
@@ -56,16 +56,31 @@ bench-quick: bench-deps
 	cd Benchmarks && $(SWIFT) build -c release --product cairn-bench
 	cd Benchmarks && .build/release/cairn-bench --quick --out ../out/bench-quick $(BENCH_ARGS)
 
-## fuzz: the file-reader fuzzer (libFuzzer + ASan) for FUZZ_TIME seconds.
-## New inputs go to out/fuzz-corpus, crashes to out/fuzz-artifacts; each
-## crash becomes a file in Tests/Fuzz/regressions, which `make test` replays.
+## fuzz: builds every fuzz target with libFuzzer + AddressSanitizer (and
+## fails if a binary is not instrumented for coverage), then fuzzes
+## FUZZ_TARGET (store, wal, record, history, cli, ops; default: each in turn)
+## for FUZZ_TIME seconds. New inputs go to out/fuzz/<target>/corpus, crashes
+## to out/fuzz/<target>/artifacts; a crash becomes a file in
+## Tests/Fuzz/<target>/regressions, which `make test` replays. `make
+## fuzz-merge FUZZ_TARGET=wal` minimizes the new inputs into Tests/Fuzz/wal.
+## fuzz-check: every target for FUZZ_CHECK_TIME seconds from its checked-in
+## corpus, two at a time; prints edges, features, corpus and exec/s, and
+## fails on a crash or on edges below Tests/Fuzz/floors (CI runs it).
 FUZZ_TIME ?= 600
+FUZZ_TARGET ?= all
+FUZZ_CHECK_TIME ?= 30
+FUZZ_TARGETS := store wal record history cli ops
 fuzz: deps
-	$(SWIFT) build -c release --product FuzzStore --sanitize=fuzzer --sanitize=address \
-		-Xswiftc -DFUZZING --build-path .build/fuzz
-	mkdir -p out/fuzz-corpus out/fuzz-artifacts
-	.build/fuzz/release/FuzzStore -max_total_time=$(FUZZ_TIME) -rss_limit_mb=4096 -timeout=30 \
-		-artifact_prefix=out/fuzz-artifacts/ out/fuzz-corpus Tests/Fuzz/seeds Tests/Fuzz/corpus Tests/Fuzz/regressions
+	scripts/fuzz.sh build
+	@for t in $(if $(filter all,$(FUZZ_TARGET)),$(FUZZ_TARGETS),$(FUZZ_TARGET)); do \
+		echo "== fuzzing $$t for $(FUZZ_TIME) s"; scripts/fuzz.sh run $$t $(FUZZ_TIME) || exit 1; done
+
+fuzz-check: deps
+	scripts/fuzz.sh build
+	scripts/fuzz.sh check $(FUZZ_CHECK_TIME)
+
+fuzz-merge:
+	@for t in $(if $(filter all,$(FUZZ_TARGET)),$(FUZZ_TARGETS),$(FUZZ_TARGET)); do scripts/fuzz.sh merge $$t; done
 
 ## format, lint: swift-format over every source file.
 format:

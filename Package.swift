@@ -32,7 +32,10 @@ let package = Package(
     .target(name: "Engine", dependencies: ["CLZ4", "CXXHash"]),
     .target(name: "Repo", dependencies: ["Engine"]),
     .target(name: "EngineTestSupport", dependencies: ["Engine"]),
-    .executableTarget(name: "enginectl", dependencies: ["Engine"]),
+    // enginectl's commands, as a library the executable, the tests and the
+    // fuzzer run.
+    .target(name: "EnginectlKit", dependencies: ["Engine"]),
+    .executableTarget(name: "enginectl", dependencies: ["EnginectlKit"]),
     // `make demo`: the README quick start, compiled and run as is.
     .executableTarget(name: "cairn-demo", dependencies: ["Engine"]),
     // `make demo`, part two: the README's models example.
@@ -41,10 +44,16 @@ let package = Package(
     // Child process for the crash tests: commits numbered transactions and
     // reports each one on stdout until it is killed.
     .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine", "EngineTestSupport"]),
-    // The file-reader fuzz target (libFuzzer with -DFUZZING; a plain build
-    // replays inputs, which the test suite does with the saved corpus).
-    .executableTarget(name: "FuzzStore", dependencies: ["Engine", "EngineTestSupport"]),
-    .testTarget(name: "EngineTests", dependencies: ["Engine", "EngineTestSupport"]),
+    // The fuzz targets: the harnesses (FuzzTargets) and one executable each,
+    // libFuzzer's with -DFUZZING; a plain build replays inputs. `make fuzz`.
+    .target(name: "FuzzTargets", dependencies: ["Engine", "Repo", "EnginectlKit", "EngineTestSupport"]),
+    .executableTarget(name: "FuzzStore", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzWAL", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzRecord", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzHistory", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzCLI", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzOps", dependencies: ["FuzzTargets"]),
+    .testTarget(name: "EngineTests", dependencies: ["Engine", "EngineTestSupport", "FuzzTargets"]),
     .testTarget(name: "RepoTests", dependencies: ["Repo", "EngineTestSupport"]),
   ],
   swiftLanguageModes: [.v6]

@@ -1,185 +1,21 @@
-// The file-reader fuzz target: arbitrary and mutated store files fed to
-// open, read, write, verify and compact. Nothing may crash or hang.
-//
-// Input layout: flags u8, data-file length u32 (little-endian), the data
-// file, then the WAL. Flag bit 0: reseal every checksum first (so the
-// decoders see crafted content, not only checksum failures); bit 1: open for
-// writing (replay, checkpoint, write, compact) instead of read-only.
-//
-// Fuzzing build (see `make fuzz` and TOOLING.md):
-//   swift build -c release --product FuzzStore --sanitize=fuzzer --sanitize=address -Xswiftc -DFUZZING
-// Plain build: `FuzzStore PATH...` runs each file (or each file in each
-// folder) once; the test suite replays the saved corpus this way.
-// `FuzzStore --write-seeds DIR` writes the seed corpus from real stores.
-@_spi(Fuzzing) import Engine
-import EngineTestSupport
-import Foundation
-
-enum Harness {
-  static func run(_ input: [UInt8]) {
-    guard input.count >= 5 else { return }
-    let flags = input[0]
-    let split = Int(UInt32(input[1]) | UInt32(input[2]) << 8 | UInt32(input[3]) << 16 | UInt32(input[4]) << 24)
-    let body = Array(input[5...])
-    var data = Array(body.prefix(min(split, body.count)))
-    var wal = Array(body.dropFirst(min(split, body.count)))
-    if flags & 1 != 0 { FuzzSupport.resealChecksums(data: &data, wal: &wal) }
-
-    let fs = MemoryFileSystem()
-    try? fs.createDirectory("/s")
-    fs.setContents(of: "/s/cairn.data", to: data)
-    if !wal.isEmpty || flags & 4 == 0 { fs.setContents(of: "/s/cairn.wal", to: wal) }
-
-    var options = Options()
-    options.fileSystem = fs
-    options.createIfMissing = false
-    options.readOnly = flags & 2 == 0
-    options.cacheSize = 1 << 20
-    options.autoCompactGarbageRatio = nil
-    do {
-      let db = try Database.open(at: "/s", options: options)
-      defer { try? db.close() }
-      let snap = try db.snapshot()
-      for ks in try snap.keyspaces() {
-        let cursor = try snap.cursor(in: ks)
-        var last: [UInt8]?
-        var n = 0
-        while let entry = try cursor.next(), n < 100_000 {
-          _ = try snap.get(entry.key, in: ks)
-          last = entry.key
-          n += 1
-        }
-        _ = try? cursor.previous()
-        _ = try snap.count(in: ks, range: KeyRange(from: [0x30], to: last))
-        try cursor.seek(toOffset: UInt64(n / 2))
-        _ = try cursor.next()
-        _ = try snap.shape(of: ks)
-      }
-      _ = snap.verify()
-      if !options.readOnly {
-        try db.write { tx in
-          for ks in try tx.keyspaces() {
-            try tx.put([0x41], [1, 2, 3], in: ks)
-            try tx.delete([0x30, 0x30], in: ks)
-            try tx.deleteRange(from: [0x31], to: [0x35], in: ks)
-          }
-          try tx.put([0x42], [UInt8](repeating: 7, count: 2_000), in: "fuzz")
-        }
-        try db.compact()
-        _ = try db.snapshot().verify()
-      }
-    } catch {
-      // Errors are the expected answer to damaged input.
-    }
-    do {
-      let inspector = try StoreInspector(path: "/s", fileSystem: fs)
-      _ = inspector.verify()
-      _ = try? inspector.walSummary()
-      _ = try inspector.blocks { _ in true }
-      inspector.close()
-    } catch {}
-  }
-
-  /// Seeds: real stores of several shapes, as fuzz inputs.
-  static func writeSeeds(to folder: String) throws {
-    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-    var seeds: [(String, [UInt8], [UInt8])] = []
-    func store(_ name: String, nodeSize: Int, leaveWAL: Bool, _ body: (Database) throws -> Void) throws {
-      let fs = MemoryFileSystem()
-      var options = Options()
-      options.fileSystem = fs
-      options.nodeSize = nodeSize
-      let db = try Database.open(at: "/s", options: options)
-      try body(db)
-      let image: MemoryFileSystem
-      if leaveWAL {
-        image = fs.powerLoss(.dropUnsynced)
-      } else {
-        try db.close()
-        image = fs
-      }
-      seeds.append((name, image.contents(of: "/s/cairn.data")!, image.contents(of: "/s/cairn.wal")!))
-    }
-    func key(_ i: Int) -> [UInt8] { Array(String(format: "%06d", i).utf8) }
-    try store("empty", nodeSize: 512, leaveWAL: false) { _ in }
-    try store("small", nodeSize: 512, leaveWAL: false) { db in
-      try db.write { tx in for i in 0..<20 { try tx.put(key(i), Array("v\(i)".utf8), in: "a") } }
-    }
-    try store("deep", nodeSize: 512, leaveWAL: false) { db in
-      try db.write { tx in for i in 0..<400 { try tx.put(key(i), Array("value \(i)".utf8), in: "a") } }
-      _ = try db.write { tx in try tx.deleteRange(from: key(100), to: key(150), in: "a") }
-    }
-    try store("large-values", nodeSize: 1024, leaveWAL: false) { db in
-      try db.write { tx in
-        try tx.put(key(1), [UInt8](repeating: 9, count: 3_000), in: "big")
-        try tx.put(key(2), (0..<2_000).map { UInt8(truncatingIfNeeded: $0 * 7) }, in: "big")
-        try tx.createKeyspace("empty")
-      }
-    }
-    try store("wal", nodeSize: 512, leaveWAL: true) { db in
-      try db.write { tx in for i in 0..<50 { try tx.put(key(i), Array("v\(i)".utf8), in: "a") } }
-      try db.checkpoint()
-      try db.write { tx in
-        try tx.put(key(999), [1, 2], in: "a")
-        try tx.delete(key(3), in: "a")
-      }
-      try db.write { tx in
-        try tx.deleteRange(from: key(10), to: key(20), in: "a")
-        try tx.dropKeyspace("a")
-        try tx.createKeyspace("b")
-      }
-    }
-    try store("two-keyspaces", nodeSize: 512, leaveWAL: true) { db in
-      try db.write { tx in
-        for i in 0..<120 { try tx.put(key(i), Array("x".utf8), in: i % 2 == 0 ? "even" : "odd") }
-      }
-      try db.checkpoint()
-      try db.write { tx in try tx.put(key(5), Array("y".utf8), in: "even") }
-    }
-    for (name, data, wal) in seeds {
-      for flags: UInt8 in [0, 1, 2, 3] {
-        let n = UInt32(data.count)
-        let input =
-          [flags, UInt8(n & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n >> 16 & 0xFF), UInt8(n >> 24)] + data + wal
-        try Data(input).write(to: URL(fileURLWithPath: folder + "/\(name)-\(flags)"))
-      }
-    }
-    print("wrote \(seeds.count * 4) seeds to \(folder)")
-  }
-}
+// The Store fuzz target (Sources/FuzzTargets/StoreTarget.swift). With -DFUZZING
+// and libFuzzer this is the fuzzer; a plain build replays inputs and writes
+// the seed corpus (`FuzzStore --write-seeds FOLDER`).
+import FuzzTargets
 
 #if FUZZING
+  import Foundation
+
   @_cdecl("LLVMFuzzerTestOneInput")
   public func fuzzOne(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    Harness.run(Array(UnsafeBufferPointer(start: data, count: size)))
+    StoreTarget.run(Array(UnsafeBufferPointer(start: data, count: size)))
     return 0
   }
 #else
+  import Foundation
+
   @main
   enum Replay {
-    static func main() throws {
-      let args = Array(CommandLine.arguments.dropFirst())
-      if args.first == "--write-seeds", args.count == 2 {
-        try Harness.writeSeeds(to: args[1])
-        return
-      }
-      guard !args.isEmpty else {
-        FileHandle.standardError.write(Data("usage: FuzzStore INPUT|FOLDER... | --write-seeds FOLDER\n".utf8))
-        exit(2)
-      }
-      var count = 0
-      for path in args {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
-        let files =
-          isDirectory.boolValue
-          ? try FileManager.default.contentsOfDirectory(atPath: path).sorted().map { path + "/" + $0 } : [path]
-        for file in files {
-          Harness.run(Array(try Data(contentsOf: URL(fileURLWithPath: file))))
-          count += 1
-        }
-      }
-      print("replayed \(count) inputs")
-    }
+    static func main() { exit(FuzzTargets.replayMain(StoreTarget.self, Array(CommandLine.arguments.dropFirst()))) }
   }
 #endif

@@ -1,7 +1,8 @@
-@testable import Engine
 import EngineTestSupport
 import Foundation
 import Testing
+
+@testable import Engine
 
 @Suite struct FormatTests {
   /// FORMAT.md §3.4.

@@ -48,3 +48,51 @@ public enum FuzzSupport {
     }
   }
 }
+
+@_spi(Fuzzing)
+extension FuzzSupport {
+  /// A logged operation (FORMAT.md §3.3), for building WAL records.
+  public enum LoggedOperation: Sendable {
+    case put(keyspace: String, key: [UInt8], value: [UInt8])
+    case delete(keyspace: String, key: [UInt8])
+    case deleteRange(keyspace: String, start: [UInt8]?, end: [UInt8]?)
+    case create(String)
+    case drop(String)
+  }
+
+  /// The framed WAL record of a transaction of `operations`, as a writer
+  /// would append it at `position` of a log with `salt`. Keyspace names
+  /// must be 1 to 255 bytes; keys at most 1,024.
+  public static func walRecord(
+    _ operations: [LoggedOperation], sequence: UInt64, syncedThrough: UInt64, position: UInt64, salt: UInt64
+  ) -> [UInt8] {
+    var builder = WALRecordBuilder()
+    for op in operations {
+      switch op {
+      case .put(let ks, let key, let value): builder.append(.put(keyspace: ks, key: key, value: value))
+      case .delete(let ks, let key): builder.append(.delete(keyspace: ks, key: key))
+      case .deleteRange(let ks, let start, let end): builder.append(.deleteRange(keyspace: ks, start: start, end: end))
+      case .create(let ks): builder.append(.createKeyspace(ks))
+      case .drop(let ks): builder.append(.dropKeyspace(ks))
+      }
+    }
+    return builder.record(
+      sequence: CommitSequence(sequence), syncedThrough: WALPosition(syncedThrough), position: position, salt: salt)
+  }
+
+  /// The salt and checkpoint sequence of a WAL header, if it decodes.
+  public static func walHeader(of wal: [UInt8]) -> (salt: UInt64, checkpointSequence: UInt64)? {
+    guard let h = try? WALHeader.decode(wal, path: "wal") else { return nil }
+    return (h.salt, h.checkpointSequence.rawValue)
+  }
+
+  /// Reads a WAL as recovery does (FORMAT.md §5): the sequences of its
+  /// valid records and where they end.
+  ///
+  /// - Throws: ``EngineError/Code/corrupted`` for damage.
+  public static func scanWAL(_ bytes: [UInt8], salt: UInt64) throws -> (sequences: [UInt64], end: UInt64) {
+    var sequences: [UInt64] = []
+    let result = try WALReader.scan(bytes, salt: salt, path: "wal") { sequences.append($0.sequence.rawValue) }
+    return (sequences, result.end)
+  }
+}

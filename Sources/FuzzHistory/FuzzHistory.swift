@@ -1,0 +1,21 @@
+// The History fuzz target (Sources/FuzzTargets/HistoryTarget.swift). With -DFUZZING
+// and libFuzzer this is the fuzzer; a plain build replays inputs and writes
+// the seed corpus (`FuzzHistory --write-seeds FOLDER`).
+import FuzzTargets
+
+#if FUZZING
+  import Foundation
+
+  @_cdecl("LLVMFuzzerTestOneInput")
+  public func fuzzOne(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    HistoryTarget.run(Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+  }
+#else
+  import Foundation
+
+  @main
+  enum Replay {
+    static func main() { exit(FuzzTargets.replayMain(HistoryTarget.self, Array(CommandLine.arguments.dropFirst()))) }
+  }
+#endif

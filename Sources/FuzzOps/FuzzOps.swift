@@ -1,0 +1,21 @@
+// The Ops fuzz target (Sources/FuzzTargets/OpsTarget.swift). With -DFUZZING
+// and libFuzzer this is the fuzzer; a plain build replays inputs and writes
+// the seed corpus (`FuzzOps --write-seeds FOLDER`).
+import FuzzTargets
+
+#if FUZZING
+  import Foundation
+
+  @_cdecl("LLVMFuzzerTestOneInput")
+  public func fuzzOne(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    OpsTarget.run(Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+  }
+#else
+  import Foundation
+
+  @main
+  enum Replay {
+    static func main() { exit(FuzzTargets.replayMain(OpsTarget.self, Array(CommandLine.arguments.dropFirst()))) }
+  }
+#endif

@@ -1,0 +1,120 @@
+// The record target: bytes decoded as records (FORMAT.md §9.2) and as keys
+// (§9.3) of several model shapes — optionals, nested structs, enums with
+// raw values, arrays, dictionaries, every primitive the encodings know.
+//
+// Beyond "no crash": whatever decodes must encode again and decode to an
+// equal value (the encodings round-trip), and a decoded key's encoding must
+// be a fixed point: encoding what it decodes to gives it back. (The bytes
+// decoded need not be canonical themselves: a string that is not NFC, or a
+// NaN with other bits, decodes and is written canonically.)
+//
+// Input: shape u8, then the bytes to decode.
+import Foundation
+import Repo
+
+public enum RecordTarget: FuzzTarget {
+  public static let name = "record"
+
+  enum Status: String, Codable, Equatable { case open, done, archived }
+  enum Priority: Int, Codable, Equatable { case low = 1, high = 9 }
+
+  struct Flat: Codable, Equatable {
+    var id: Int
+    var name: String
+    var score: Double
+    var done: Bool
+    var when: Date
+    var uuid: UUID
+    var small: Int8
+    var big: UInt64
+    var ratio: Float
+  }
+
+  struct Address: Codable, Equatable {
+    var street: String
+    var zip: Int?
+  }
+
+  struct Nested: Codable, Equatable {
+    var id: UUID
+    var title: String?
+    var address: Address
+    var previous: Address?
+    var status: Status
+    var priority: Priority?
+    var tags: [String]
+    var scores: [Int: Double]
+    var names: [String: String]
+    var blob: Data
+    var matrix: [[Int16]]
+  }
+
+  struct KeyPair: Codable, Hashable {
+    var user: Int
+    var name: String?
+    var at: Date
+  }
+
+  public static func run(_ input: [UInt8]) {
+    guard let shape = input.first else { return }
+    let bytes = Array(input.dropFirst())
+    switch shape % 8 {
+    case 0: roundTripRecord(Flat.self, bytes)
+    case 1: roundTripRecord(Nested.self, bytes)
+    case 2: roundTripRecord([Nested].self, bytes)
+    case 3: roundTripRecord(Address?.self, bytes)
+    case 4: roundTripKey(Int.self, bytes)
+    case 5: roundTripKey(String.self, bytes)
+    case 6: roundTripKey(KeyPair.self, bytes)
+    default:
+      roundTripKey(UUID.self, bytes)
+      roundTripKey(Double.self, bytes)
+      roundTripKey(Date?.self, bytes)
+    }
+  }
+
+  static func roundTripRecord<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {
+    guard let value = try? RecordCoding.decode(T.self, from: bytes) else { return }
+    do {
+      let again = try RecordCoding.encode(value)
+      let back = try RecordCoding.decode(T.self, from: again)
+      // NaN is never equal to itself: compare the encodings instead.
+      try check(back == value || (try RecordCoding.encode(back)) == again, "a record does not round-trip: \(value)")
+    } catch {
+      check(false, "a decoded record did not encode or decode again: \(error)")
+    }
+  }
+
+  static func roundTripKey<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {
+    guard let value = try? KeyEncoding.decode(T.self, from: bytes) else { return }
+    do {
+      let again = try KeyEncoding.encode(value)
+      let back = try KeyEncoding.decode(T.self, from: again)
+      try check(try KeyEncoding.encode(back) == again, "a key's encoding is not a fixed point: \(value), \(again)")
+    } catch {
+      check(false, "a decoded key did not encode or decode again: \(error)")
+    }
+  }
+
+  public static func seeds() throws -> [(name: String, bytes: [UInt8])] {
+    let date = Date(timeIntervalSinceReferenceDate: 700_000_000.25)
+    let uuid = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F") ?? UUID()
+    let flat = Flat(
+      id: -42, name: "Ada", score: 3.5, done: true, when: date, uuid: uuid, small: -3, big: .max, ratio: 0.25)
+    let nested = Nested(
+      id: uuid, title: "café", address: Address(street: "Main", zip: 12345), previous: nil, status: .done,
+      priority: .high, tags: ["a", "b"], scores: [1: 0.5, 2: -1], names: ["x": "y"], blob: Data([0, 1, 255]),
+      matrix: [[1, -2], []])
+    let pair = KeyPair(user: 7, name: nil, at: date)
+    return [
+      ("flat", [0] + (try RecordCoding.encode(flat))),
+      ("nested", [1] + (try RecordCoding.encode(nested))),
+      ("array", [2] + (try RecordCoding.encode([nested, nested]))),
+      ("optional", [3] + (try RecordCoding.encode(Address?.some(Address(street: "x", zip: nil))))),
+      ("int-key", [4] + (try KeyEncoding.encode(-5))),
+      ("string-key", [5] + (try KeyEncoding.encode("a\u{0}b\u{301}"))),
+      ("struct-key", [6] + (try KeyEncoding.encode(pair))),
+      ("uuid-key", [7] + (try KeyEncoding.encode(uuid))),
+    ]
+  }
+}

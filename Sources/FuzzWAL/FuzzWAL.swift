@@ -1,0 +1,21 @@
+// The WAL fuzz target (Sources/FuzzTargets/WALTarget.swift). With -DFUZZING
+// and libFuzzer this is the fuzzer; a plain build replays inputs and writes
+// the seed corpus (`FuzzWAL --write-seeds FOLDER`).
+import FuzzTargets
+
+#if FUZZING
+  import Foundation
+
+  @_cdecl("LLVMFuzzerTestOneInput")
+  public func fuzzOne(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    WALTarget.run(Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+  }
+#else
+  import Foundation
+
+  @main
+  enum Replay {
+    static func main() { exit(FuzzTargets.replayMain(WALTarget.self, Array(CommandLine.arguments.dropFirst()))) }
+  }
+#endif
