@@ -29,7 +29,9 @@ let package = Package(
       path: "Sources/CXXHash",
       providers: [.apt(["libxxhash-dev"])]
     ),
-    .target(name: "Engine", dependencies: ["CLZ4", "CXXHash"]),
+    // Atomic loads and stores on the coordination file's shared mapping.
+    .target(name: "CAtomics", path: "Sources/CAtomics"),
+    .target(name: "Engine", dependencies: ["CLZ4", "CXXHash", "CAtomics"]),
     .target(name: "Repo", dependencies: ["Engine"]),
     .target(name: "EngineTestSupport", dependencies: ["Engine"]),
     // enginectl's commands, as a library the executable, the tests and the

@@ -22,15 +22,22 @@
 /// 6. Publish the same state with on-disk references, so the in-memory
 ///    nodes can be freed once no snapshot holds them.
 extension Database {
-  /// Checkpoints if the WAL has passed the threshold.
+  /// Checkpoints if the WAL has passed the threshold (and another process
+  /// did not checkpoint it meanwhile).
   func checkpointIfNeeded() throws {
     let hold = gate.acquire()
-    let due = pipeline.withLock { $0.poison == nil && $0.wal.written > UInt64(options.checkpointThreshold) }
-    guard !isClosed, due else { return }
+    let due = {
+      self.pipeline.withLock { $0.poison == nil && $0.wal.written > UInt64(self.options.checkpointThreshold) }
+    }
+    guard !isClosed, due() else { return }
+    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
+    defer { claim.release() }
+    guard due() else { return }
     try checkpoint(holding: hold)
   }
 
-  /// Runs a checkpoint, then a compaction if garbage calls for one.
+  /// Runs a checkpoint, then a compaction if garbage calls for one. Called
+  /// holding the gate and a claim on the write lock.
   func checkpoint(holding hold: borrowing WriterGate.Hold) throws {
     let written = pipeline.withLock { $0.wal.written }
     // 1. The WAL durable through its last record.
@@ -50,19 +57,20 @@ extension Database {
   ) throws {
     let written = pipeline.withLock { $0.wal.written }
     try waitDurable(through: written)
-    let before = current
     hold.state.trees = trees
     hold.state.sequence = sequence
     do {
-      try writeCheckpoint(holding: hold)
+      try writeCheckpoint(holding: hold, commit: changes ?? WriteSet(isComplete: false))
     } catch {
       throw setPoison(error)
     }
     counters.commits.add(1)
-    if subscribers.count > 0 { deliver(CollectionOfOne((current, changes)), after: before) }
   }
 
-  private func writeCheckpoint(holding hold: borrowing WriterGate.Hold) throws {
+  /// Writes the writer's trees into the data file and starts a new WAL.
+  /// `commit`: what the commit it makes changed, when it makes one (a large
+  /// transaction committed by checkpoint).
+  private func writeCheckpoint(holding hold: borrowing WriterGate.Hold, commit: WriteSet? = nil) throws {
     // 2-4. Append changed nodes and large values, fsync, append the commit record, fsync.
     let store = hold.state.store
     var writer = CheckpointWriter(
@@ -77,8 +85,8 @@ extension Database {
       clean[name] = t
     }
     let sequence = hold.state.sequence
-    let (offset, checkpoint) = try writer.commit(clean, sequence: sequence, previous: hold.state.commitOffset)
-    hold.state.commitOffset = BlockOffset(offset)
+    let (offset, checkpoint) = try writer.commit(
+      clean, sequence: sequence, previous: hold.state.checkpoint.commitOffset)
 
     // 5. A fresh WAL continuing from this commit.
     let log = try WALWriter.prepare(
@@ -94,11 +102,36 @@ extension Database {
     counters.dataSyncs.add(1)
     install(wal)
 
-    // 6. Publish the on-disk form.
+    // 6. Publish the on-disk form, to other processes and to this one's snapshots.
     hold.state.trees = clean
     hold.state.checkpoint = checkpoint
-    publish(Version(sequence: sequence, trees: clean, store: store, checkpoint: checkpoint))
+    publish(
+      rewritten: Version(
+        sequence: sequence, trees: clean, store: store, checkpoint: checkpoint,
+        log: LogPosition(walSalt: wal.salt, walEnd: wal.written, dataGeneration: hold.state.dataGeneration)),
+      wal: wal, commit: commit)
     counters.checkpoints.add(1)
+  }
+
+  /// Publishes a version the writer made by rewriting the files (a
+  /// checkpoint or a compaction), whose commits are all in the data file
+  /// and whose WAL is `wal`: in the coordination file, then to this
+  /// process's snapshots. `commit`: the changes of the commit it made, if
+  /// it made one, for the subscribers.
+  func publish(rewritten version: Version, wal: WALWriter, commit: WriteSet?) {
+    let word = follower.withLock { f -> UInt64? in
+      let before = current
+      let word = coordination?.publish(version.sharedState(walDurable: wal.durable))
+      f.wal = wal.file
+      f.walHeader = wal.header
+      if let word { f.followed(word, self) }
+      publish(version)
+      if let commit, subscribers.count > 0 {
+        deliver(CollectionOfOne((version: version, changes: Optional(commit))), after: before)
+      }
+      return word
+    }
+    if let word { coordination?.notify(word) }
   }
 
   /// Makes `new` the log commits append to, once no fsync of the old one is
@@ -242,7 +275,7 @@ struct CheckpointWriter {
     counters.dataSyncs.add(1)
     position += UInt64(block.count)
     let info = CheckpointInfo(
-      sequence: sequence, fileBytes: position,
+      sequence: sequence, commitOffset: BlockOffset(offset), fileBytes: position,
       liveBytes: record.liveBytes.plusClamped(UInt64(HeaderLayout.size + block.count)))
     return (offset, info)
   }

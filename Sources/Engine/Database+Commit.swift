@@ -9,10 +9,19 @@ struct CommitPipeline {
   /// Whether a background flush is scheduled (``Durability/normal``).
   var flushScheduled = false
   /// Committed versions waiting for their record to be durable, in order,
-  /// each with the log position its record ends at.
-  var waiting: [(end: UInt64, version: Version, changes: WriteSet?)] = []
+  /// each with the log position its record ends at and its transaction's
+  /// claim on the write lock, given back once it is published.
+  var waiting: [(end: UInt64, version: Version, changes: WriteSet?, claim: WriteClaim)] = []
   /// The first failed write or fsync; every later write fails with it.
   var poison: EngineError?
+
+  /// After a failed fsync: the waiting versions will never be published;
+  /// their claims on the write lock go back, so other processes can write
+  /// (and the next writer recovers what reached the log).
+  mutating func abandonWaiting() {
+    for entry in waiting { entry.claim.release() }
+    waiting.removeAll()
+  }
 }
 
 /// The commit pipeline: WAL append, group commit, publication.
@@ -34,15 +43,20 @@ extension Database {
   /// writing everything twice.
   var largeTransactionBytes: Int { Swift.max(1 << 20, options.checkpointThreshold / 4) }
 
-  /// Commits `tx`, which holds the gate; the gate is released on every path.
+  /// Commits `tx`, which holds the gate and a claim on the write lock; the
+  /// gate is released on every path, the claim once the commit is
+  /// published or has failed.
   func commit(_ tx: WriteTransaction) throws {
-    guard let hold = tx.takeHold() else { preconditionFailure("committing a transaction that holds no gate") }
+    guard let hold = tx.takeHold(), let claim = tx.takeClaim() else {
+      preconditionFailure("committing a transaction that holds no gate")
+    }
     try checkWritable()
     guard tx.changed else { return }
     let sequence = hold.state.sequence.next
 
     guard let log = tx.log else {
       // Too big for one WAL record: checkpoint it straight into the data file.
+      defer { claim.release() }
       try commitByCheckpoint(tx.trees, sequence, changes: tx.changes, holding: hold)
       return
     }
@@ -61,10 +75,11 @@ extension Database {
     hold.state.trees = tx.trees
     hold.state.sequence = sequence
     let version = Version(
-      sequence: sequence, trees: tx.trees, store: hold.state.store, checkpoint: hold.state.checkpoint)
+      sequence: sequence, trees: tx.trees, store: hold.state.store, checkpoint: hold.state.checkpoint,
+      log: LogPosition(walSalt: wal.salt, walEnd: end, dataGeneration: hold.state.dataGeneration))
     pipeline.withLock { p in
       p.wal.appended(through: end)
-      p.waiting.append((end, version, tx.changes))
+      p.waiting.append((end, version, tx.changes, claim))
       if case .normal = options.durability {
         publish(&p, through: end)
         scheduleFlush(&p)
@@ -114,6 +129,7 @@ extension Database {
           // Linux forgets the dirty pages of a failed fsync and reports
           // success next time: nothing after this point can be trusted.
           if p.poison == nil { p.poison = failure as? EngineError ?? EngineError(.io, "\(failure)") }
+          p.abandonWaiting()
         } else {
           p.wal.synced(through: lead.target)
           publish(&p, through: p.wal.durable)
@@ -123,18 +139,29 @@ extension Database {
   }
 
   /// Publishes the newest waiting version whose record ends at or before
-  /// `end`, then hands every one of them to the subscribers, in order.
-  /// Called under the pipeline lock.
+  /// `end` — in the coordination file for other processes, then to this
+  /// one's snapshots — hands every one of them to the subscribers, in
+  /// order, and gives back their claims on the write lock. Called under the
+  /// pipeline lock.
   func publish(_ p: inout CommitPipeline, through end: UInt64) {
     var n = 0
     while n < p.waiting.count && p.waiting[n].end <= end { n += 1 }
     guard n > 0 else { return }
     let ready = p.waiting[..<n]
-    // Read even with no subscriber: whether there is one is asked only
-    // after publishing, so one that subscribes meanwhile is not skipped.
-    let before = current
-    publish(ready[ready.endIndex - 1].version)
-    if subscribers.count > 0 { deliver(ready.lazy.map { ($0.version, $0.changes) }, after: before) }
+    let newest = ready[ready.endIndex - 1].version
+    let durable = p.wal.durable
+    let word = follower.withLock { f -> UInt64? in
+      // Read even with no subscriber: whether there is one is asked only
+      // after publishing, so one that subscribes meanwhile is not skipped.
+      let before = current
+      let word = coordination?.publish(newest.sharedState(walDurable: durable))
+      if let word { f.followed(word, self) }
+      publish(newest)
+      if subscribers.count > 0 { deliver(ready.lazy.map { ($0.version, $0.changes) }, after: before) }
+      return word
+    }
+    if let word { coordination?.notify(word) }
+    for entry in ready { entry.claim.release() }
     p.waiting.removeFirst(n)
   }
 

@@ -14,15 +14,22 @@ import Synchronization
 /// ```
 ///
 /// A store is a folder holding `cairn.data` (the append-only B+tree file),
-/// `cairn.wal` (the write-ahead log) and `cairn.lock`. One process writes a
-/// store at a time; a second open for writing fails at once with
-/// ``EngineError/Code/locked``.
+/// `cairn.wal` (the write-ahead log), `cairn.lock` (the write lock) and
+/// `cairn.shm` (where processes publish their commits).
+///
+/// Any number of processes — an app, its widget, an extension, a tool — may
+/// open one store at once, each read-write or read-only. Writes are taken
+/// one at a time across all of them: a write transaction takes the store's
+/// write lock when it begins and gives it back when it commits or rolls
+/// back, waiting at most ``Options/busyTimeout`` for another process's
+/// writes. A snapshot taken after another process's commit returned sees
+/// that commit. A store that is open but not writing holds no lock.
 ///
 /// All methods are thread-safe. Reads never wait for the writer, and the
-/// writer never waits for readers. Write transactions run one at a time: a
-/// second ``write(_:)`` waits until the first commits or rolls back. Do not
-/// start a write transaction while one is open on the same thread; it waits
-/// forever.
+/// writer never waits for readers, in any process. Write transactions run
+/// one at a time: a second ``write(_:)`` waits until the first commits or
+/// rolls back. Do not start a write transaction while one is open on the
+/// same thread; it waits forever.
 public final class Database: Sendable {
   /// The store's folder.
   public let path: String
@@ -33,6 +40,13 @@ public final class Database: Sendable {
   let walPath: String
   /// The I/O counters; every node store of this database counts into them.
   let counters: Counters
+  /// The coordination file, where commits are published to every process;
+  /// nil only for a read-only store that could not map it.
+  let coordination: Coordination?
+  /// This boot's identifier: the coordination file is valid only for it.
+  let boot: UInt64
+  /// The cross-process write lock.
+  let writeLock: WriteLock
 
   // The locks, in the order they nest: a thread holding one may take only
   // those below it, never one above.
@@ -40,24 +54,37 @@ public final class Database: Sendable {
   //   1. gate       The writer (WriterState): one write transaction,
   //                 checkpoint, compaction or close at a time. Held from a
   //                 transaction's begin to its commit, possibly across
-  //                 threads, so it is a gate, not a mutex.
+  //                 threads, so it is a gate, not a mutex. Whoever holds it
+  //                 also holds a claim on the cross-process `writeLock`.
   //   2. pipeline   The commit pipeline (CommitPipeline): the WAL writer's
   //                 positions, group commit, versions waiting for their
   //                 fsync, the poison.
-  //   3. published  What new snapshots see (Published).
-  //   4. Leaves, which take no other lock: the subscribers' queues, the
-  //      node cache's shards, a file's descriptor, `fileLock`.
+  //   3. follower   Catching up with other processes (Follower): the
+  //                 coordination word the published version matches, and
+  //                 the WAL being followed. Publication takes it too, so a
+  //                 commit is delivered once, by its own process or by
+  //                 catching up, never by both.
+  //   4. published  What new snapshots see (Published).
+  //   5. Leaves, which take no other lock: the subscribers' queues, the
+  //      node cache's shards, a file's descriptor, `writeLock`'s count.
   //
-  // Publication takes 2 then 3 (and delivers to 4 under 2); checkpoint and
-  // compaction take 1 then 2, and 1 then 3. Readers take only 3, briefly,
-  // to get the current version, and never wait for 1 or 2.
+  // Publication takes 2, 3, 4; checkpoint and compaction take 1 then 2,
+  // and 1 then 3; catching up takes 3 then 4. Readers take only 4, briefly,
+  // and 3 when another process committed; they never wait for 1 or 2.
   let gate: WriterGate
   let pipeline: LockedCondition<CommitPipeline>
+  let follower: Locked<Follower>
   private let published: Locked<Published>
   /// `Published.closed`, readable without the lock: every cursor step checks it.
   private let closedFlag = Atomic<Bool>(false)
-  /// The advisory lock on `cairn.lock`, until close.
-  private let fileLock: Locked<(any FileLock)?>
+  /// `Follower.word`, readable without the lock: every snapshot compares it
+  /// with the coordination file's.
+  let syncedWord = Atomic<UInt64>(0)
+  /// Generations of nodes: each write transaction, and each batch of
+  /// commits replayed from another process, gets its own.
+  private let generations = Atomic<UInt64>(1)
+  /// The thread that follows other processes' commits for subscribers.
+  let watcher = Locked<CommitWatcher?>(nil)
 
   /// Change subscriptions (``subscribe(bufferLimit:)``).
   let subscribers = Subscribers()
@@ -69,30 +96,38 @@ public final class Database: Sendable {
   }
 
   /// Opens a database on what recovery found: the writer's state, the log
-  /// to append to, and the version to publish.
+  /// to append to and to follow, and how far it follows the shared state.
   init(
-    path: String, options: Options, fileLock: any FileLock, storeID: [UInt8], counters: Counters,
-    writer: WriterState, wal: WALWriter
+    path: String, options: Options, storeID: [UInt8], counters: Counters, writer: WriterState, wal: WALWriter,
+    coordination: Coordination?, boot: UInt64, word: UInt64, writeLock: WriteLock
   ) {
     self.path = path
     self.options = options
     self.fs = options.fileSystem
-    self.fileLock = Locked(fileLock)
     self.storeID = storeID
     self.counters = counters
+    self.coordination = coordination
+    self.boot = boot
     self.dataPath = Path.join(path, StoreFiles.data)
     self.walPath = Path.join(path, StoreFiles.wal)
+    self.writeLock = writeLock
     self.gate = WriterGate(writer)
     self.pipeline = LockedCondition(CommitPipeline(wal: wal))
+    self.follower = Locked(Follower(word: word, wal: wal.file, walHeader: wal.header))
+    self.syncedWord.store(word, ordering: .releasing)
     self.published = Locked(
       Published(
         current: Version(
-          sequence: writer.sequence, trees: writer.trees, store: writer.store, checkpoint: writer.checkpoint)))
+          sequence: writer.sequence, trees: writer.trees, store: writer.store, checkpoint: writer.checkpoint,
+          log: LogPosition(walSalt: wal.salt, walEnd: wal.written, dataGeneration: writer.dataGeneration))))
   }
 
   deinit {
     if !isClosed { try? close() }
   }
+
+  /// A generation for nodes no one else may change.
+  func nextGeneration() -> UInt64 { generations.add(1, ordering: .relaxed).newValue }
 
   // MARK: Opening
 
@@ -100,10 +135,14 @@ public final class Database: Sendable {
   /// ``Options/createIfMissing`` is false), and recovers it: the last
   /// checkpoint from the data file, then every complete WAL record after it.
   ///
-  /// - Throws: ``EngineError/Code/locked`` if another process or handle has
-  ///   it open for writing; ``EngineError/Code/notAStore`` if the folder holds
-  ///   something else; ``EngineError/Code/corrupted`` naming the file and
-  ///   offset if a checksum or a format rule fails.
+  /// Other processes may have it open meanwhile, reading or writing; the
+  /// first writer after a crash repairs what the crash left.
+  ///
+  /// - Throws: ``EngineError/Code/notAStore`` if the folder holds something
+  ///   else; ``EngineError/Code/corrupted`` naming the file and offset if a
+  ///   checksum or a format rule fails; ``EngineError/Code/busy`` if a
+  ///   store must be created or repaired while another process writes for
+  ///   longer than ``Options/busyTimeout``.
   public static func open(at path: String, options: Options = Options()) throws -> Database {
     try Recovery.open(at: path, options: options.validated())
   }
@@ -124,29 +163,32 @@ public final class Database: Sendable {
   /// Whether ``close()`` has been called.
   public var isClosed: Bool { closedFlag.load(ordering: .acquiring) }
 
-  /// Checkpoints (when opened for writing), closes the files and releases the
-  /// lock. Snapshots and cursors still open fail with
-  /// ``EngineError/Code/closed`` afterwards. Calling it twice does nothing.
+  /// Closes the files. When opened for writing, it first checkpoints if no
+  /// other process is writing at that moment (it does not wait for one).
+  /// Snapshots and cursors still open fail with ``EngineError/Code/closed``
+  /// afterwards. Calling it twice does nothing.
   public func close() throws {
     let hold = gate.acquire()
     if published.withLock({ $0.closed }) { return }
     var failure: Error?
-    if !options.readOnly, pipeline.withLock({ $0.poison }) == nil {
+    if !options.readOnly, pipeline.withLock({ $0.poison }) == nil,
+      let claim = try? claimWriteLock(holding: hold, timeout: 0)
+    {
       do { try checkpoint(holding: hold) } catch { failure = error }
+      claim.release()
     }
     published.withLock { $0.closed = true }
     closedFlag.store(true, ordering: .releasing)
+    stopWatching()
     subscribers.finishAll()
     let wal = pipeline.withLock { p in
       p.flushScheduled = false
       return p.wal
     }
     wal.close()
+    follower.withLock { $0.wal.close() }
     hold.state.store.file.close()
-    fileLock.withLock { lock in
-      lock?.unlock()
-      lock = nil
-    }
+    coordination?.close()
     if let failure { throw failure }
   }
 
@@ -164,8 +206,16 @@ public final class Database: Sendable {
   /// and checkpoints happen meanwhile. Holding it keeps the nodes it sees
   /// alive, so release long-lived snapshots when done.
   ///
-  /// - Throws: ``EngineError/Code/closed`` if the database is closed.
+  /// A commit another process made before this call sees it: the
+  /// coordination file's publication word is compared with the one this
+  /// process last followed (one atomic load), and when it moved, the
+  /// commits made since are read from the WAL first.
+  ///
+  /// - Throws: ``EngineError/Code/closed`` if the database is closed;
+  ///   ``EngineError/Code/corrupted`` or ``EngineError/Code/io`` if another
+  ///   process's commits cannot be read.
   public func snapshot() throws -> Snapshot {
+    if let c = coordination, c.current != syncedWord.load(ordering: .acquiring) { try catchUp() }
     let version = try published.withLock { (p) throws(EngineError) -> Version in
       guard !p.closed else { throw EngineError(.closed, "the database is closed", path: path) }
       return p.current
@@ -186,8 +236,14 @@ public final class Database: Sendable {
   /// ``WriteTransaction/rollback()``; if it is released without either, it
   /// rolls back.
   ///
-  /// - Throws: ``EngineError/Code/readOnly``, ``EngineError/Code/closed``, or
-  ///   ``EngineError/Code/poisoned`` after a failed write or fsync.
+  /// It takes the store's write lock, waiting while another process writes
+  /// (at most ``Options/busyTimeout``), and starts from every commit made
+  /// before, in any process.
+  ///
+  /// - Throws: ``EngineError/Code/readOnly``, ``EngineError/Code/closed``,
+  ///   ``EngineError/Code/busy`` when another process kept the write lock
+  ///   past the timeout, or ``EngineError/Code/poisoned`` after a failed
+  ///   write or fsync.
   public func beginWrite() throws -> WriteTransaction {
     try beginWrite(trackingChanges: false)
   }
@@ -202,7 +258,8 @@ public final class Database: Sendable {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
     let hold = gate.acquire()
     try checkWritable()
-    let tx = WriteTransaction(database: self, holding: hold)
+    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
+    let tx = WriteTransaction(database: self, holding: hold, claim: claim)
     if trackingChanges || subscribers.count > 0 { tx.trackChanges() }
     return tx
   }
@@ -239,6 +296,7 @@ public final class Database: Sendable {
     let e = error as? EngineError ?? EngineError(.io, "\(error)")
     pipeline.withLock(notify: true) { p in
       if p.poison == nil { p.poison = e }
+      p.abandonWaiting()
     }
     return e
   }
@@ -247,10 +305,14 @@ public final class Database: Sendable {
   ///
   /// Runs by itself when the WAL passes ``Options/checkpointThreshold`` and
   /// on ``close()``; call it to bound recovery time before a quiet period.
+  ///
+  /// Takes the write lock like a write transaction.
   public func checkpoint() throws {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
     let hold = gate.acquire()
     try checkWritable()
+    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
+    defer { claim.release() }
     try checkpoint(holding: hold)
   }
 
@@ -263,6 +325,14 @@ public final class Database: Sendable {
   /// Delivery never blocks the writer. A subscriber with more than
   /// `bufferLimit` events waiting gets later commits folded into its newest
   /// waiting event (see ``CommitEvent``) rather than a longer queue.
+  ///
+  /// Commits made by other processes are delivered too, with the same
+  /// write sets, in commit order: while a subscription is live a thread
+  /// watches the coordination file (inotify on Linux; a 10 ms poll where
+  /// the platform offers no file events to this build) and reads their
+  /// records as they are published. A commit that cannot be told apart —
+  /// another process compacted, or checkpointed twice, before this one read
+  /// its records — arrives as an event whose write set is not complete.
   ///
   /// While any subscription is live, every write transaction records its
   /// changes: one dictionary entry per key written. With none, writes
@@ -281,6 +351,7 @@ public final class Database: Sendable {
     // after the snapshot is then delivered, and the queue drops the ones
     // delivered in between that the snapshot already shows.
     subscribers.add(queue)
+    startWatching()
     let start: Snapshot
     do {
       start = try snapshot()
@@ -326,7 +397,7 @@ public final class Database: Sendable {
   }
 
   /// Bytes in the WAL now (including its header).
-  public var walSize: UInt64 { pipeline.withLock { $0.wal.written } }
+  public var walSize: UInt64 { current.log.walEnd }
 
   /// How the store's files are used: live and garbage bytes of the data
   /// file as of the last checkpoint, and the WAL's size.
@@ -334,7 +405,8 @@ public final class Database: Sendable {
     let version = current
     let keyspaces = version.trees.mapValues { StorageStatistics.Keyspace(keys: $0.count, height: $0.height) }
     return StorageStatistics(
-      dataFileBytes: version.checkpoint.fileBytes, liveBytes: version.checkpoint.liveBytes, walBytes: walSize,
+      dataFileBytes: version.checkpoint.fileBytes, liveBytes: version.checkpoint.liveBytes,
+      walBytes: version.log.walEnd,
       checkpointSequence: version.checkpoint.sequence, lastSequence: version.sequence, keyspaces: keyspaces)
   }
 }
@@ -345,7 +417,8 @@ enum StoreFiles {
   static let wal = "cairn.wal"
   static let lock = "cairn.lock"
   static let newData = "cairn.data.new"
+  static let shm = "cairn.shm"
   static let newWAL = "cairn.wal.new"
   static let compactData = "cairn.data.compact"
-  static let all = [data, wal, lock, newData, newWAL, compactData]
+  static let all = [data, wal, lock, shm, newData, newWAL, compactData]
 }

@@ -20,8 +20,12 @@ public struct EngineError: Error, CustomStringConvertible, Sendable {
     case io
     /// The database, transaction, or cursor was already closed.
     case closed
-    /// Another process or handle has the store open for writing.
+    /// A lock is held by another process or handle (a file lock taken
+    /// without waiting).
     case locked
+    /// Another process held the store's write lock for longer than
+    /// ``Options/busyTimeout``. Nothing was changed; try again later.
+    case busy
     /// The caller passed an argument the engine cannot accept.
     case invalidArgument
     /// A key is longer than ``Limits/maxKeySize``.

@@ -33,8 +33,9 @@ public struct Options: Sendable {
   public var nodeSize: Int = 4096
   /// Whether nodes and large values are LZ4-compressed when that saves space. Default true.
   public var compression: Bool = true
-  /// Open without writing: no checkpoint, no lock exclusion of other readers,
-  /// and writes throw ``EngineError/Code/readOnly``. Default false.
+  /// Open without writing: the files are never changed, and writes throw
+  /// ``EngineError/Code/readOnly``. Other processes may write meanwhile;
+  /// each snapshot sees their commits. Default false.
   public var readOnly: Bool = false
   /// Create the store if the folder holds none. Default true.
   public var createIfMissing: Bool = true
@@ -46,6 +47,10 @@ public struct Options: Sendable {
   public var autoCompactGarbageRatio: Double? = 0.5
   /// The smallest data file that compacts by itself. Default 64 MiB.
   public var autoCompactMinimumBytes: Int = 64 << 20
+  /// Seconds a write transaction, checkpoint or compaction waits for the
+  /// write lock while another process holds it, before failing with
+  /// ``EngineError/Code/busy``. Default 5. Readers never wait.
+  public var busyTimeout: Double = 5
   /// The file system the store lives on. Default ``POSIXFileSystem``.
   public var fileSystem: any FileSystem = POSIXFileSystem()
 
@@ -65,6 +70,9 @@ public struct Options: Sendable {
     }
     if let r = autoCompactGarbageRatio, !(r > 0 && r < 1) {
       throw EngineError(.invalidArgument, "autoCompactGarbageRatio \(r) must lie strictly between 0 and 1")
+    }
+    guard busyTimeout >= 0, busyTimeout.isFinite else {
+      throw EngineError(.invalidArgument, "busyTimeout \(busyTimeout) must be a finite number of seconds, 0 or more")
     }
     if case .normal(let ms) = durability, ms < 1 {
       throw EngineError(.invalidArgument, "syncIntervalMilliseconds \(ms) must be at least 1")

@@ -1,13 +1,19 @@
 /// Opening a store: creating it, finding the last checkpoint, replaying the WAL.
 ///
-/// The rules are FORMAT.md §5, read by ``RecoveryPlan``; in short:
+/// When the coordination file holds a state for this store and this boot,
+/// another process has the store open (or had, since the machine started):
+/// the store is read as that state says — the checkpoint it names, then the
+/// WAL's records through its end — and nothing is changed.
+///
+/// Otherwise the files are recovered by the rules of FORMAT.md §5, read by
+/// ``RecoveryPlan``:
 /// 1. The latest checkpoint is the commit record that ends the data file, if
 ///    it is valid; otherwise the one the WAL header names (the tail after it
 ///    is a checkpoint a crash cut short, and is cut off).
 /// 2. Every complete WAL record with a later sequence is replayed in order;
 ///    sequences must follow on without a gap. A torn tail ends the log.
-/// 3. A store opened for writing then checkpoints, so it starts with an
-///    empty WAL.
+/// 3. A store opened for writing publishes the result in the coordination
+///    file, and then checkpoints, so it starts with an empty WAL.
 enum Recovery {
   static func open(at rawPath: String, options: Options) throws -> Database {
     let fs = options.fileSystem
@@ -27,127 +33,226 @@ enum Recovery {
       try fs.createDirectory(path)
     }
     guard fs.isDirectory(path) else { throw EngineError(.notAStore, "not a folder", path: path) }
+    let dataPath = Path.join(path, StoreFiles.data)
+    let walPath = Path.join(path, StoreFiles.wal)
     // Leave a folder that holds no store untouched (not even a lock file)
     // unless we are going to create one there.
-    if !(options.createIfMissing && writable) && !fs.exists(Path.join(path, StoreFiles.data)) {
+    if !fs.exists(dataPath) && !(options.createIfMissing && writable) {
       throw EngineError(.notAStore, "the folder holds no Cairn store (no \(StoreFiles.data))", path: path)
     }
+    let writeLock = WriteLock(fs: fs, path: Path.join(path, StoreFiles.lock))
 
-    // 2. The lock: exclusive for a writer, shared for readers.
-    let lock = try fs.lock(Path.join(path, StoreFiles.lock), exclusive: writable)
+    // 2. Create the store if the folder holds none, under the write lock, so
+    //    that processes creating it at once make one store.
+    if !fs.exists(dataPath) {
+      _ = try writeLock.claim(timeout: options.busyTimeout)
+      defer { writeLock.release() }
+      if !fs.exists(dataPath) {
+        let strangers = try fs.contentsOfDirectory(path).filter { !StoreFiles.all.contains($0) }
+        guard strangers.isEmpty else {
+          throw EngineError(
+            .notAStore,
+            "the folder holds other files (\(strangers.prefix(3).joined(separator: ", "))) and no store; "
+              + "Cairn creates stores only in empty folders", path: path)
+        }
+        try createStore(in: path, fs: fs)
+      }
+    }
+
+    // 3. The data file's header: a folder whose data file is not Cairn's is
+    //    not a store, whatever else it holds.
+    let data = try fs.open(dataPath, writable ? .readWrite : .readOnly)
     do {
-      return try openLocked(path: path, options: options, lock: lock)
+      let header = try RecoveryPlan.readDataHeader(data)
+      let coordination = Coordination.open(folder: path, fs: fs, writable: writable)
+      let boot = fs.bootIdentifier()
+      let opening = Opening(
+        path: path, walPath: walPath, options: options, data: data, storeID: header.storeID,
+        coordination: coordination, boot: boot, writeLock: writeLock)
+
+      // 4. The state other processes share, if there is one.
+      if let db = try opening.fromSharedState() { return db }
+
+      // 5. Otherwise the files alone: a writer recovers them, under the
+      //    write lock, and publishes what it found; a reader reads them as
+      //    they are.
+      guard writable else { return try opening.fromFiles(publishing: false) }
+      let db: Database
+      do {
+        _ = try writeLock.claim(timeout: options.busyTimeout)
+        defer { writeLock.release() }
+        // Another process may have recovered and published meanwhile.
+        if let shared = try opening.fromSharedState() { return shared }
+        db = try opening.fromFiles(publishing: true)
+      }
+      // A writer that recovered a non-empty log checkpoints at once.
+      if db.walSize > UInt64(HeaderLayout.size) { try db.checkpoint() }
+      return db
     } catch {
-      lock.unlock()
+      data.close()
       throw error
     }
   }
 
-  private static func openLocked(path: String, options: Options, lock: any FileLock) throws -> Database {
-    let fs = options.fileSystem
-    let writable = !options.readOnly
-    let dataPath = Path.join(path, StoreFiles.data)
-    let walPath = Path.join(path, StoreFiles.wal)
+  /// What opening a store has found so far.
+  struct Opening {
+    let path: String
+    let walPath: String
+    let options: Options
+    let data: any StorageFile
+    let storeID: [UInt8]
+    let coordination: Coordination?
+    let boot: UInt64
+    let writeLock: WriteLock
 
-    // 3. Create the store if the folder holds none.
-    if !fs.exists(dataPath) {
-      guard options.createIfMissing && writable else {
-        throw EngineError(.notAStore, "the folder holds no Cairn store (no \(StoreFiles.data))", path: path)
+    /// The store as the coordination file's state says, or nil when it
+    /// holds none for this store and boot (or one its files do not match).
+    func fromSharedState() throws -> Database? {
+      var attempts = 0
+      while let coordination, let (word, shared) = coordination.read(storeID: storeID, boot: boot) {
+        do {
+          return try load(shared, word: word)
+        } catch is Moved {
+          // A checkpoint or compaction renamed a file between reading the
+          // state and opening the file: read them again. After 50 ms its
+          // writer is not coming back (it was killed there): the files say
+          // what the store holds.
+          attempts += 1
+          if attempts > 10 { sleepSeconds(0.001) }
+          if attempts >= 60 { return nil }
+        }
       }
-      let strangers = try fs.contentsOfDirectory(path).filter { !StoreFiles.all.contains($0) }
-      guard strangers.isEmpty else {
-        throw EngineError(
-          .notAStore,
-          "the folder holds other files (\(strangers.prefix(3).joined(separator: ", "))) and no store; "
-            + "Cairn creates stores only in empty folders", path: path)
-      }
-      try createStore(in: path, fs: fs)
+      return nil
     }
 
-    let data = try fs.open(dataPath, writable ? .readWrite : .readOnly)
-    var walFile: (any StorageFile)?
-    do {
-      // 4. The plan: both headers, the latest checkpoint, the log's records.
+    /// Opens at the checkpoint `shared` names, then catches up through its
+    /// WAL's records, as any process follows another's commits.
+    private func load(_ shared: SharedState, word: UInt64) throws -> Database {
+      if let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue),
+        found.record.sequence == shared.checkpointSequence, found.end == shared.dataFileEnd
+      {
+        return try load(shared, word: word, data: data)
+      }
+      // The state names a data file that replaced the one opened above (a
+      // compaction since).
+      let file = try options.fileSystem.open(
+        Path.join(path, StoreFiles.data), options.readOnly ? .readOnly : .readWrite)
+      do {
+        guard (try? RecoveryPlan.readDataHeader(file))?.storeID == storeID else { throw Moved() }
+        return try load(shared, word: word, data: file)
+      } catch {
+        file.close()
+        throw error
+      }
+    }
+
+    private func load(_ shared: SharedState, word: UInt64, data: any StorageFile) throws -> Database {
+      let fs = options.fileSystem
+      guard let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue),
+        found.record.sequence == shared.checkpointSequence, found.end == shared.dataFileEnd
+      else { throw Moved() }
+      let wal = try fs.open(walPath, options.readOnly ? .readOnly : .readWrite)
+      guard let header = try? WALHeader.decode(try wal.read(at: 0, count: HeaderLayout.size), path: walPath),
+        header.salt == shared.walSalt
+      else {
+        wal.close()
+        throw Moved()
+      }
+      let counters = Counters()
+      let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+      var trees: [String: TreeRoot] = [:]
+      for root in found.record.roots {
+        var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
+        tree.pin(store)
+        trees[root.name] = tree
+      }
+      let writer = WriterState(
+        trees: trees, sequence: found.record.sequence, checkpoint: found.info, store: store,
+        dataGeneration: shared.dataGeneration)
+      // Started at the checkpoint, and one word behind: the catch-up below
+      // reads the WAL through the end the state names.
+      let db = Database(
+        path: path, options: options, storeID: storeID, counters: counters, writer: writer,
+        wal: WALWriter(file: wal, header: header, end: UInt64(HeaderLayout.size)), coordination: coordination,
+        boot: boot, word: word &- 1, writeLock: writeLock)
+      try db.catchUp()
+      return db
+    }
+
+    /// Recovers the store from its files (FORMAT.md §5). With `publishing`
+    /// (a writer holding the write lock), torn tails are cut off and the
+    /// result is published in the coordination file.
+    func fromFiles(publishing: Bool) throws -> Database {
+      let fs = options.fileSystem
       let (plan, wal) = try RecoveryPlan.read(dataFile: data) {
         guard fs.exists(walPath) else {
           throw EngineError(
             .corrupted, "the write-ahead log is missing; committed transactions may be lost", path: walPath,
             rule: .f14)
         }
-        return try fs.open(walPath, writable ? .readWrite : .readOnly)
+        return try fs.open(walPath, publishing ? .readWrite : .readOnly)
       }
-      walFile = wal
-      if writable && plan.tornDataBytes > 0 {
-        // A checkpoint a crash cut short: nothing names these bytes.
-        try data.truncate(to: plan.checkpoint.end)
-        try data.sync()
+      do {
+        if publishing && plan.tornDataBytes > 0 {
+          // A checkpoint a crash cut short: nothing names these bytes.
+          try data.truncate(to: plan.checkpoint.end)
+          try data.sync()
+        }
+        if publishing && plan.walScan.discarded > 0 {
+          // A record a crash cut short: the next one goes where it began.
+          try wal.truncate(to: plan.walScan.end)
+          try wal.sync()
+        }
+        let counters = Counters()
+        let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+        let trees = try Recovery.trees(of: plan, store: store, options: options, owner: 1, walPath: walPath)
+        // Processes following an earlier state (one its files no longer
+        // match) must see the data file as another: its generation moves on.
+        let earlier = coordination?.read(storeID: storeID, boot: boot)?.state.dataGeneration ?? 0
+        let generation = publishing ? earlier &+ 1 : LogPosition.unknownGeneration
+        let writer = WriterState(
+          trees: trees, sequence: plan.lastSequence, checkpoint: plan.checkpoint.info, store: store,
+          dataGeneration: generation)
+        let walWriter = WALWriter(file: wal, header: plan.walHeader, end: plan.walScan.end)
+        var word = coordination?.current ?? 0
+        if publishing, let coordination {
+          let state = SharedState(
+            sequence: plan.lastSequence, walSalt: plan.walHeader.salt, walEnd: plan.walScan.end,
+            walDurable: plan.walScan.end, checkpointSequence: plan.checkpoint.record.sequence,
+            checkpointOffset: plan.checkpoint.offset, dataFileEnd: plan.checkpoint.end, dataGeneration: generation)
+          word = coordination.initialize(storeID: storeID, boot: boot, state: state)
+          coordination.notify(word)
+        }
+        return Database(
+          path: path, options: options, storeID: storeID, counters: counters, writer: writer, wal: walWriter,
+          coordination: coordination, boot: boot, word: word, writeLock: writeLock)
+      } catch {
+        wal.close()
+        throw error
       }
-
-      // 5. The checkpointed trees, their tops pinned.
-      let counters = Counters()
-      let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
-      var trees: [String: TreeRoot] = [:]
-      for root in plan.checkpoint.record.roots {
-        var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
-        tree.pin(store)
-        trees[root.name] = tree
-      }
-
-      // 6. Replay the log on top, as one generation of in-memory nodes.
-      let generation: UInt64 = 1
-      let context = TreeContext(
-        store: store, owner: generation, nodeSize: options.nodeSize, largeValueThreshold: options.largeValueThreshold)
-      try plan.forEachRecordToApply(path: walPath) { record in
-        for op in record.operations { try replay(op, into: &trees, context, record: record, path: walPath) }
-      }
-
-      let writer = WriterState(
-        trees: trees, sequence: plan.lastSequence, checkpoint: plan.checkpoint.info,
-        commitOffset: plan.checkpoint.offset, store: store, generation: generation)
-      let db = Database(
-        path: path, options: options, fileLock: lock, storeID: plan.dataHeader.storeID, counters: counters,
-        writer: writer, wal: WALWriter(file: wal, header: plan.walHeader, end: plan.walScan.end))
-
-      // 7. Start writers from an empty WAL.
-      if writable && plan.walBytes.count > HeaderLayout.size {
-        try db.checkpoint()
-      }
-      return db
-    } catch {
-      walFile?.close()
-      data.close()
-      throw error
     }
   }
 
-  /// Applies one logged operation to `trees`, as the write transaction that
-  /// logged it did.
-  static func replay(
-    _ op: WALOperation, into trees: inout [String: TreeRoot], _ ctx: TreeContext, record: WALRecord, path: String
-  ) throws {
-    func checkLimit(_ name: String) throws {
-      guard trees.count < Limits.maxKeyspaces || trees[name] != nil else {
-        throw EngineError(
-          .corrupted, "WAL record \(record.sequence) makes more than \(Limits.maxKeyspaces) keyspaces", path: path,
-          offset: record.position, rule: .f15)
-      }
+  /// The trees a recovery plan makes: the checkpoint's, their tops pinned,
+  /// with the WAL's records applied as one generation of in-memory nodes.
+  static func trees(
+    of plan: RecoveryPlan, store: NodeStore, options: Options, owner: UInt64, walPath: String
+  ) throws -> [String: TreeRoot] {
+    var trees: [String: TreeRoot] = [:]
+    for root in plan.checkpoint.record.roots {
+      var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
+      tree.pin(store)
+      trees[root.name] = tree
     }
-    switch op {
-    case .put(let ks, let key, let value):
-      try checkLimit(ks)
-      _ = try trees[ks, default: .empty].put(key, ctx.leafValue(value), ctx)
-    case .delete(let ks, let key):
-      if trees[ks] != nil { _ = try trees[ks]!.delete(key, ctx) }
-    case .deleteRange(let ks, let start, let end):
-      if trees[ks] != nil, !KeyRange(from: start, to: end).isEmpty {
-        _ = try trees[ks]!.deleteRange(from: start, to: end, ctx)
-      }
-    case .createKeyspace(let ks):
-      try checkLimit(ks)
-      if trees[ks] == nil { trees[ks] = .empty }
-    case .dropKeyspace(let ks):
-      trees[ks] = nil
+    var editor = TreeEditor(
+      trees: trees,
+      context: TreeContext(
+        store: store, owner: owner, nodeSize: options.nodeSize, largeValueThreshold: options.largeValueThreshold),
+      trackingChanges: false)
+    try plan.forEachRecordToApply(path: walPath) { record in
+      for op in record.operations { try editor.apply(op, position: record.position, path: walPath) }
     }
+    return editor.trees
   }
 
   /// Creates an empty store: a data file holding one commit record (sequence

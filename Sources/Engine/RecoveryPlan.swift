@@ -40,7 +40,7 @@ struct RecoveryPlan {
     /// The data file as of this checkpoint.
     var info: CheckpointInfo {
       CheckpointInfo(
-        sequence: record.sequence, fileBytes: end,
+        sequence: record.sequence, commitOffset: offset, fileBytes: end,
         liveBytes: record.liveBytes.plusClamped(UInt64(HeaderLayout.size) + (end - offset.rawValue)))
     }
   }

@@ -20,37 +20,46 @@ public final class WriteTransaction: KeyValueReader {
   /// The writer gate, held from begin to commit or rollback; dropping it
   /// (with the transaction) opens the gate.
   private var hold: WriterGate.Hold?
-  /// The data file and node cache the writer's trees read from.
-  private let store: NodeStore
-  var trees: [String: TreeRoot]
-  /// The generation whose nodes this transaction may change in place.
-  private var owner: UInt64
+  /// The claim on the store's write lock, given back when the commit is
+  /// published or the transaction rolls back.
+  private var claim: WriteClaim?
+  /// The trees as this transaction changes them, and what it changed.
+  private var editor: TreeEditor
   /// The WAL record being built; nil once the transaction outgrew a WAL
   /// record and will commit by checkpoint.
   var log: WALRecordBuilder? = WALRecordBuilder()
   private(set) var changed = false
   private(set) var state: State = .open
-  /// The trees as the transaction began, for telling what a key was
-  /// before a range delete of this transaction hid it.
-  private let baseTrees: [String: TreeRoot]
+
+  /// Every keyspace's tree as the transaction left it.
+  var trees: [String: TreeRoot] { editor.trees }
+
   /// What the transaction changed so far; nil when not tracking.
-  public private(set) var changes: WriteSet?
+  public var changes: WriteSet? { editor.changes }
 
   /// The sequence this transaction's commit gets, if it changes anything.
   public let sequence: CommitSequence
 
-  init(database: Database, holding hold: consuming WriterGate.Hold) {
+  init(database: Database, holding hold: consuming WriterGate.Hold, claim: WriteClaim) {
     self.database = database
-    self.store = hold.state.store
-    self.trees = hold.state.trees
-    self.baseTrees = hold.state.trees
+    self.claim = claim
+    self.editor = TreeEditor(
+      trees: hold.state.trees,
+      context: TreeContext(
+        store: hold.state.store, owner: database.nextGeneration(), nodeSize: database.options.nodeSize,
+        largeValueThreshold: database.options.largeValueThreshold), trackingChanges: false)
     self.sequence = hold.state.sequence.next
-    self.owner = hold.state.nextGeneration()
     self.hold = consume hold
   }
 
   /// Hands the gate to the commit.
   func takeHold() -> WriterGate.Hold? { hold.take() }
+
+  /// Hands the claim on the write lock to the commit.
+  func takeClaim() -> WriteClaim? {
+    defer { claim = nil }
+    return claim
+  }
 
   private var isOpenOrFailed: Bool {
     switch state {
@@ -64,11 +73,7 @@ public final class WriteTransaction: KeyValueReader {
     return false
   }
 
-  var context: TreeContext {
-    TreeContext(
-      store: store, owner: owner, nodeSize: database.options.nodeSize,
-      largeValueThreshold: database.options.largeValueThreshold)
-  }
+  var context: TreeContext { editor.context }
 
   private func checkOpen() throws {
     switch state {
@@ -103,24 +108,12 @@ public final class WriteTransaction: KeyValueReader {
 
   /// Starts recording changes (``changes``). Called before any write.
   func trackChanges() {
-    if changes == nil { changes = WriteSet() }
-  }
-
-  private func noteCreated(_ keyspace: String) {
-    if !(changes!.keyspaces[keyspace]?.dropped ?? false) {
-      changes!.keyspaces[keyspace, default: KeyspaceChanges()].created = true
-    }
-  }
-
-  /// Whether `key` was in `keyspace` when the transaction began; nil if
-  /// reading it failed.
-  private func existedAtStart(_ key: [UInt8], in keyspace: String) -> Bool? {
-    baseTrees[keyspace].map { $0.presence(of: key, context) } ?? false
+    if editor.changes == nil { editor.changes = WriteSet() }
   }
 
   private func checkKeyspaceLimit(_ name: String) throws {
     // The count first: the lookup is needed only near the limit.
-    if trees.count >= Limits.maxKeyspaces && trees[name] == nil {
+    if editor.trees.count >= Limits.maxKeyspaces && editor.trees[name] == nil {
       throw EngineError(.invalidArgument, "the store already holds \(Limits.maxKeyspaces) keyspaces")
     }
   }
@@ -138,15 +131,8 @@ public final class WriteTransaction: KeyValueReader {
     try Validate.value(value)
     try Validate.keyspace(keyspace)
     try checkKeyspaceLimit(keyspace)
-    let ctx = context
-    if changes != nil && trees[keyspace] == nil { noteCreated(keyspace) }
-    let inserted = try mutate { try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx) }
+    try mutate { try editor.put(key, value, in: keyspace) }
     record(.put(keyspace: keyspace, key: key, value: value))
-    if changes != nil {
-      changes!.keyspaces[keyspace, default: KeyspaceChanges()].put(key, inserted: inserted) {
-        existedAtStart(key, in: keyspace)
-      }
-    }
   }
 
   /// Removes `key` from `keyspace`. Returns whether it was present.
@@ -154,11 +140,8 @@ public final class WriteTransaction: KeyValueReader {
   public func delete(_ key: [UInt8], in keyspace: String) throws -> Bool {
     try checkOpen()
     try Validate.key(key)
-    guard trees[keyspace] != nil else { return false }
-    let ctx = context
-    let found = try mutate({ try trees[keyspace]!.delete(key, ctx) }, changedIf: { $0 })
+    let found = try mutate({ try editor.delete(key, in: keyspace) }, changedIf: { $0 })
     if found { record(.delete(keyspace: keyspace, key: key)) }
-    if found && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].delete(key) }
     return found
   }
 
@@ -176,12 +159,8 @@ public final class WriteTransaction: KeyValueReader {
     try checkOpen()
     if let l = range.lower { try Validate.key(l) }
     if let u = range.upper { try Validate.key(u) }
-    guard trees[keyspace] != nil, !range.isEmpty else { return 0 }
-    let ctx = context
-    let removed = try mutate(
-      { try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, ctx) }, changedIf: { $0 > 0 })
+    let removed = try mutate({ try editor.deleteRange(range, in: keyspace) }, changedIf: { $0 > 0 })
     if removed > 0 { record(.deleteRange(keyspace: keyspace, start: range.lower, end: range.upper)) }
-    if removed > 0 && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].deleteRange(range) }
     return removed
   }
 
@@ -189,27 +168,21 @@ public final class WriteTransaction: KeyValueReader {
   public func createKeyspace(_ name: String) throws {
     try checkOpen()
     try Validate.keyspace(name)
-    guard trees[name] == nil else { return }
+    guard editor.trees[name] == nil else { return }
     try checkKeyspaceLimit(name)
-    mutateUnchecked { trees[name] = .empty }
+    editor.create(name)
+    changed = true
     record(.createKeyspace(name))
-    if changes != nil { noteCreated(name) }
   }
 
   /// Removes a keyspace and all its keys. Returns whether it existed.
   @discardableResult
   public func dropKeyspace(_ name: String) throws -> Bool {
     try checkOpen()
-    guard trees[name] != nil else { return false }
-    mutateUnchecked { trees[name] = nil }
-    record(.dropKeyspace(name))
-    if changes != nil { changes!.keyspaces[name, default: KeyspaceChanges()].drop() }
-    return true
-  }
-
-  private func mutateUnchecked(_ body: () -> Void) {
-    body()
+    guard editor.drop(name) else { return false }
     changed = true
+    record(.dropKeyspace(name))
+    return true
   }
 
   // MARK: Ending
@@ -234,6 +207,8 @@ public final class WriteTransaction: KeyValueReader {
     guard isOpenOrFailed else { return }
     state = .rolledBack
     hold = nil
+    claim?.release()
+    claim = nil
   }
 
   // MARK: Reading
@@ -256,7 +231,7 @@ public final class WriteTransaction: KeyValueReader {
     try checkOpen()
     // Freeze: nodes so far become immutable for this transaction, so the
     // cursor's view cannot change under it.
-    if let generation = hold?.state.nextGeneration() { owner = generation }
+    editor.context.owner = database.nextGeneration()
     return try Cursor(tree: trees[keyspace] ?? .empty, context: context, range: range) { [weak self] in
       self?.isOpen ?? false
     }

@@ -9,19 +9,10 @@ struct WriterState {
   var sequence: CommitSequence
   /// The data file as of the last checkpoint.
   var checkpoint: CheckpointInfo
-  /// Where the last checkpoint's commit record starts.
-  var commitOffset: BlockOffset
   /// The data file and its node cache.
   var store: NodeStore
-  /// The last generation handed out: nodes a transaction creates carry its
-  /// generation, and only it may change them in place.
-  var generation: UInt64
-
-  /// A new generation.
-  mutating func nextGeneration() -> UInt64 {
-    generation += 1
-    return generation
-  }
+  /// How many compactions replaced the data file (SharedState.dataGeneration).
+  var dataGeneration: UInt64
 }
 
 /// Admits one writer at a time — a write transaction, a checkpoint, a

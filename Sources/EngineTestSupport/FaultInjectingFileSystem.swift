@@ -160,6 +160,14 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
   }
 
   public func contentsOfDirectory(_ path: String) throws -> [String] { try base.contentsOfDirectory(path) }
+
+  public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
+    try base.mapShared(path, size: size, writable: writable)
+  }
+
+  public func bootIdentifier() -> UInt64 { base.bootIdentifier() }
+
+  public func watch(_ path: String) throws -> any FileWatcher { try base.watch(path) }
 }
 
 final class FaultInjectingFile: StorageFile, @unchecked Sendable {

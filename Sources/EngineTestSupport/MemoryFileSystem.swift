@@ -1,4 +1,5 @@
 import Engine
+import Foundation
 
 /// An in-memory file system that knows which bytes are durable.
 ///
@@ -56,6 +57,13 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
   /// Directory changes not yet made durable, by directory.
   private var pendingDirectoryOps: [String: [(sequence: UInt64, op: DirectoryOp)]] = [:]
   private var locks: [String: (exclusive: Bool, holders: Int)] = [:]
+  /// Shared mappings by path: every handle that maps a path gets one region.
+  /// Never durable: a power-loss image starts without them, like a reboot.
+  private var regions: [String: MemoryRegion] = [:]
+  /// Watchers by path, woken by writes to the path.
+  private var watchers: [String: [MemoryWatcher]] = [:]
+  /// This "boot": a power-loss image is a new one.
+  private let boot = UInt64.random(in: 1...UInt64.max)
   private var sequence: UInt64 = 0
   private var syncCount = 0
 
@@ -164,6 +172,42 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
         files.keys.filter { Path.parent($0) == path } + directories.filter { $0 != path && Path.parent($0) == path }
       return names.map { String($0.split(separator: "/").last ?? "") }.sorted()
     }
+  }
+
+  public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
+    let path = Path.normalize(path)
+    if !exists(path) {
+      guard writable else { throw EngineError(.io, "open failed: no such file", path: path) }
+      _ = try open(path, .create)
+    }
+    return try lock.withLock { () throws -> MemoryRegion in
+      if let region = regions[path] {
+        guard region.size >= size else {
+          throw EngineError(.io, "mapped as \(region.size) bytes, asked for \(size)", path: path)
+        }
+        return region
+      }
+      let region = MemoryRegion(size: size)
+      regions[path] = region
+      return region
+    }
+  }
+
+  public func bootIdentifier() -> UInt64 { boot }
+
+  public func watch(_ path: String) throws -> any FileWatcher {
+    let path = Path.normalize(path)
+    let watcher = MemoryWatcher()
+    lock.withLock { watchers[path, default: []].append(watcher) }
+    return watcher
+  }
+
+  fileprivate func wakeWatchers(of path: String) {
+    let woken = lock.withLock { () -> [MemoryWatcher] in
+      watchers[path]?.removeAll { $0.isClosed }
+      return watchers[path] ?? []
+    }
+    for w in woken { w.wake() }
   }
 
   fileprivate func releaseLock(_ path: String) {
@@ -433,6 +477,7 @@ final class MemoryFile: StorageFile, @unchecked Sendable {
   func write(_ bytes: [UInt8], at offset: UInt64) throws {
     try checkOpen(writing: true)
     fs.write(inode, bytes, at: offset)
+    fs.wakeWatchers(of: path)
   }
 
   func size() throws -> UInt64 {
@@ -474,5 +519,57 @@ final class MemoryFileLock: FileLock, @unchecked Sendable {
       return r
     }
     if !wasReleased { fs.releaseLock(path) }
+  }
+}
+
+/// A shared region of a ``MemoryFileSystem``: one per path, for every handle.
+final class MemoryRegion: SharedRegion, @unchecked Sendable {
+  // Safe: allocated once and freed in deinit; reached only through atomic
+  // operations by the engine.
+  let base: UnsafeMutableRawPointer
+  let size: Int
+  let isWritable = true
+
+  init(size: Int) {
+    self.size = size
+    base = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 4096)
+    base.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+  }
+
+  deinit { base.deallocate() }
+}
+
+/// A watcher of a ``MemoryFileSystem`` path, woken by writes to it.
+final class MemoryWatcher: FileWatcher, @unchecked Sendable {
+  // Safe: every field is guarded by `condition`.
+  private let condition = NSCondition()
+  private var written = false
+  private var closed = false
+
+  var isClosed: Bool { condition.withLock { closed } }
+
+  func wake() {
+    condition.withLock {
+      written = true
+      condition.broadcast()
+    }
+  }
+
+  func wait(timeout: Double) -> Bool {
+    condition.withLock {
+      let deadline = Date(timeIntervalSinceNow: timeout)
+      while !written && !closed {
+        if !condition.wait(until: deadline) { break }
+      }
+      defer { written = false }
+      return written
+    }
+  }
+
+  func close() {
+    condition.withLock {
+      closed = true
+      condition.broadcast()
+    }
   }
 }

@@ -3,7 +3,7 @@ import Foundation
 
 /// `enginectl compact PATH [--json]`
 enum CompactCommand {
-  static let usage = "usage: enginectl compact PATH [--json]"
+  static let usage = "usage: enginectl compact PATH [--json] [--timeout SECONDS]"
   static let help = """
     \(usage)
 
@@ -12,20 +12,31 @@ enum CompactCommand {
     atomically: a crash at any moment leaves either the old or the new store,
     complete. Prints the sizes before and after and the time taken.
 
-    Refuses while another process has the store open for writing.
+    Other processes may have the store open, reading or writing: it takes
+    the store's write lock like any writer, waiting for one that is writing
+    (at most --timeout seconds, default 5), and their snapshots keep reading
+    the old file while they pick up the new one.
 
     options:
-      --json   print the result as JSON
+      --json             print the result as JSON
+      --timeout SECONDS  how long to wait for the write lock (default 5)
 
     exit: 0 compacted, 1 the compaction failed (the store is left as it was,
-    or as recovery will make it), 2 usage error, not a store, or open for
-    writing by another process.
+    or as recovery will make it), 2 usage error or not a store, 3 another
+    process kept the write lock past the timeout.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
-    let a = try Arguments(args, valued: [], flags: ["--json"])
+    let a = try Arguments(args, valued: ["--timeout"], flags: ["--json"])
     let path = try a.path()
     var options = Options()
+    if let t = a.value("--timeout") {
+      guard let seconds = Double(t), seconds >= 0, seconds <= 86_400 else {
+        throw CommandError(
+          message: "--timeout needs seconds from 0 to 86400, not \"\(t)\"", code: .usage, showUsage: true)
+      }
+      options.busyTimeout = seconds
+    }
     options.createIfMissing = false
     options.autoCompactGarbageRatio = nil
     let report: CompactionReport

@@ -25,8 +25,7 @@ enum DumpCommand {
 
     Keys given as 0x… are read as hex (0x75736572 is "user").
 
-    exit: 0 done, 1 the store is damaged, 2 usage error, not a store, or
-    open for writing by another process.
+    exit: 0 done, 1 the store is damaged, 2 usage error or not a store.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {

@@ -31,7 +31,8 @@ public enum Enginectl {
     exit codes:
       0  success (verify: the store is clean)
       1  verify found problems, or a command failed on a damaged store
-      2  bad arguments, not a store, or the store is open for writing elsewhere
+      2  bad arguments, or not a store
+      3  compact: another process kept the store's write lock past the timeout
     """
 
   /// Runs enginectl with `arguments` (without the program name). Returns

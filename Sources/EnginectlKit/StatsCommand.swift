@@ -11,13 +11,12 @@ enum StatsCommand {
     file sizes; live and garbage bytes of the data file; the compression
     ratio of its node and value blocks; the WAL's size and record count; and
     the last commit sequence. Opens the store read-only (replaying the WAL in
-    memory); refuses while another process has it open for writing.
+    memory): a consistent snapshot, while other processes read and write.
 
     options:
       --json   print the statistics as JSON
 
-    exit: 0 done, 1 the store is damaged, 2 usage error, not a store, or
-    open for writing by another process.
+    exit: 0 done, 1 the store is damaged, 2 usage error or not a store.
     """
 
   struct Stats: Encodable {

@@ -7,8 +7,10 @@ enum ExitCode: Int32 {
   case ok = 0
   /// verify found problems, or a command failed on a damaged store.
   case problems = 1
-  /// Bad arguments, not a store, or the store is open for writing elsewhere.
+  /// Bad arguments, or not a store.
   case usage = 2
+  /// Another process kept the store's write lock past the timeout (compact).
+  case busy = 3
 }
 
 /// A failure that ends the command with a message on stderr.
@@ -270,10 +272,10 @@ func commandError(_ error: Error, path: String) -> CommandError {
   switch e.code {
   case .notAStore:
     return CommandError(message: "\(path): not a Cairn store: \(e.message)", code: .usage)
-  case .locked:
+  case .busy, .locked:
     return CommandError(
-      message: "\(path): the store is open for writing by another process (\(e.path ?? "cairn.lock") is locked); "
-        + "close it first", code: .usage)
+      message: "\(path): busy: another process kept the store's write lock (\(e.message)); try again",
+      code: .busy)
   case .unsupportedFormat:
     return CommandError(message: "\(path): \(e.message)", code: .usage)
   default:

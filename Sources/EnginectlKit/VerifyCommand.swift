@@ -18,8 +18,7 @@ enum VerifyCommand {
     options:
       --json   print the report as JSON
 
-    exit: 0 clean, 1 problems found, 2 usage error, not a store, or open for
-    writing by another process.
+    exit: 0 clean, 1 problems found, 2 usage error or not a store.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {

@@ -177,16 +177,31 @@ import Testing
     #expect { try db.snapshot() } throws: { ($0 as? EngineError)?.code == .closed }
   }
 
-  @Test func aSecondWriterIsLockedOutAtOnce() throws {
+  @Test func twoHandlesShareAStoreAndTakeTurnsToWrite() throws {
     let folder = TempFolder()
-    let db = try Database.open(at: folder.path)
-    #expect { try Database.open(at: folder.path) } throws: { ($0 as? EngineError)?.code == .locked }
-    var ro = Options()
-    ro.readOnly = true
-    #expect { try Database.open(at: folder.path, options: ro) } throws: { ($0 as? EngineError)?.code == .locked }
-    try db.close()
-    // Released on close.
+    var options = Options()
+    options.busyTimeout = 0.2
+    let one = try Database.open(at: folder.path, options: options)
+    let two = try Database.open(at: folder.path, options: options)
+    try one.write { try $0.put(b("x"), b("1"), in: "ks") }
+    #expect(try two.read { try $0.get(b("x"), in: "ks") } == b("1"))
+    try two.write { try $0.put(b("y"), b("2"), in: "ks") }
+    #expect(try one.read { try $0.get(b("y"), in: "ks") } == b("2"))
+    // While one handle is inside a write transaction, the other waits for
+    // the lock, then gives up with busy; readers never wait.
+    let tx = try one.beginWrite()
+    try tx.put(b("z"), b("3"), in: "ks")
+    let started = Date()
+    #expect { try two.beginWrite() } throws: { ($0 as? EngineError)?.code == .busy }
+    #expect(Date().timeIntervalSince(started) >= 0.15)
+    #expect(try two.read { try $0.get(b("y"), in: "ks") } == b("2"))
+    try tx.commit()
+    try two.write { try $0.put(b("w"), b("4"), in: "ks") }
+    #expect(try one.read { try $0.count(in: "ks") } == 4)
+    try one.close()
+    try two.close()
     let again = try Database.open(at: folder.path)
+    #expect(try again.read { try $0.count(in: "ks") } == 4)
     try again.close()
   }
 
@@ -205,7 +220,11 @@ import Testing
     #expect { try r1.write { try $0.put(b("b"), b("2"), in: "ks") } } throws: {
       ($0 as? EngineError)?.code == .readOnly
     }
-    #expect { try Database.open(at: folder.path) } throws: { ($0 as? EngineError)?.code == .locked }
+    // A writer opens beside them, and they see its commits.
+    let w = try Database.open(at: folder.path)
+    try w.write { try $0.put(b("b"), b("2"), in: "ks") }
+    #expect(try r2.read { try $0.get(b("b"), in: "ks") } == b("2"))
+    try w.close()
     try r1.close()
     try r2.close()
   }

@@ -89,7 +89,7 @@ final class PinnedTop: @unchecked Sendable {
 struct TreeContext {
   let store: NodeStore
   /// The running writer's generation (0 for readers, which never write).
-  let owner: UInt64
+  var owner: UInt64
   let nodeSize: Int
   let largeValueThreshold: Int
 

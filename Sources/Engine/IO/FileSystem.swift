@@ -31,6 +31,95 @@ public protocol FileSystem: AnyObject, Sendable {
   func lock(_ path: String, exclusive: Bool) throws -> any FileLock
   /// The names (not paths) of the entries of a directory.
   func contentsOfDirectory(_ path: String) throws -> [String]
+  /// Maps `size` bytes of the file at `path` into memory, shared: every
+  /// handle and every process that maps the file sees every store to it at
+  /// once. The file is created, or extended with zeros, to `size` bytes if
+  /// shorter; it is never shortened. With `writable` false the mapping is
+  /// read-only and the file must exist.
+  func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion
+  /// An identifier of the machine's current boot: a mapped file's contents
+  /// are meaningful only within the boot that wrote them (it is never synced).
+  func bootIdentifier() -> UInt64
+  /// Watches the file at `path` for writes to it.
+  func watch(_ path: String) throws -> any FileWatcher
+}
+
+extension FileSystem {
+  /// A file system that cannot share memory gets a region private to this
+  /// mapping: a store on it is shared by nothing, not even a second handle.
+  public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
+    PrivateRegion(size: size)
+  }
+
+  /// Unknown: every mapped file is taken as written in this boot.
+  public func bootIdentifier() -> UInt64 { 0 }
+
+  /// A watcher that wakes on its timeout only: callers poll.
+  public func watch(_ path: String) throws -> any FileWatcher { PollingWatcher() }
+}
+
+/// Memory mapped from a file, shared with every process that maps it
+/// (``FileSystem/mapShared(_:size:writable:)``). Unmapped when released.
+///
+/// Concurrent access goes through atomic loads and stores of aligned 64-bit
+/// words only.
+public protocol SharedRegion: AnyObject, Sendable {
+  /// The first byte, page-aligned.
+  var base: UnsafeMutableRawPointer { get }
+  /// Bytes mapped.
+  var size: Int { get }
+  /// Whether stores are allowed.
+  var isWritable: Bool { get }
+}
+
+/// Wakes a waiting thread when a watched file is written to
+/// (``FileSystem/watch(_:)``).
+public protocol FileWatcher: AnyObject, Sendable {
+  /// Waits until the file was written to since the last call, or until
+  /// `timeout` seconds pass. Returns whether a write was seen. Several
+  /// writes may wake one wait.
+  func wait(timeout: Double) -> Bool
+  /// Stops watching; a waiting thread returns within its timeout.
+  func close()
+}
+
+/// Memory of this process only, for file systems that cannot map files.
+final class PrivateRegion: SharedRegion, @unchecked Sendable {
+  // Safe: allocated once, zeroed, freed in deinit; callers reach it only
+  // through the atomic operations of Coordination.
+  let base: UnsafeMutableRawPointer
+  let size: Int
+  let isWritable = true
+
+  init(size: Int) {
+    self.size = size
+    base = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 4096)
+    base.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+  }
+
+  deinit { base.deallocate() }
+}
+
+/// A watcher that never sees writes: waits just sleep out their timeout.
+final class PollingWatcher: FileWatcher, @unchecked Sendable {
+  // Safe: `closed` is guarded by `lock`.
+  private let lock = Lock()
+  private let condition = Condition()
+  private var closed = false
+
+  func wait(timeout: Double) -> Bool {
+    lock.withLock {
+      if !closed { _ = condition.wait(lock, seconds: timeout) }
+    }
+    return false
+  }
+
+  func close() {
+    lock.withLock {
+      closed = true
+      condition.broadcast()
+    }
+  }
 }
 
 /// How to open a file.

@@ -72,6 +72,64 @@ public final class POSIXFileSystem: FileSystem {
     return POSIXFileLock(fd: fd)
   }
 
+  public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
+    let fd = Glibc_open(path, (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw posixError("open", path: path) }
+    defer { _ = Glibc_close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw posixError("fstat", path: path) }
+    if Int(st.st_size) < size {
+      // Extending with zeros: two processes doing it at once agree.
+      guard writable, ftruncate(fd, off_t(size)) == 0 else {
+        throw writable
+          ? posixError("ftruncate to \(size)", path: path)
+          : EngineError(.io, "the file is \(st.st_size) bytes, too short to map \(size)", path: path)
+      }
+    }
+    let protection = writable ? PROT_READ | PROT_WRITE : PROT_READ
+    guard let base = mmap(nil, size, protection, MAP_SHARED, fd, 0), base != MAP_FAILED else {
+      throw posixError("mmap of \(size) bytes", path: path)
+    }
+    return MappedRegion(base: base, size: size, isWritable: writable)
+  }
+
+  public func bootIdentifier() -> UInt64 {
+    #if canImport(Darwin)
+      var boot = timeval()
+      var size = MemoryLayout<timeval>.size
+      guard sysctlbyname("kern.boottime", &boot, &size, nil, 0) == 0 else { return 0 }
+      return UInt64(boot.tv_sec) &* 1_000_000 &+ UInt64(boot.tv_usec)
+    #else
+      // A random UUID the kernel picks at boot, as text: its first 16 hex digits.
+      let fd = Glibc_open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0)
+      guard fd >= 0 else { return 0 }
+      defer { _ = Glibc_close(fd) }
+      var buffer = [UInt8](repeating: 0, count: 64)
+      let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 64) }
+      guard n > 0 else { return 0 }
+      let hex = buffer.prefix(n).filter { $0 != UInt8(ascii: "-") && $0 != UInt8(ascii: "\n") }.prefix(16)
+      return UInt64(String(decoding: hex, as: UTF8.self), radix: 16) ?? 0
+    #endif
+  }
+
+  public func watch(_ path: String) throws -> any FileWatcher {
+    #if canImport(Glibc)
+      let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+      guard fd >= 0 else { throw posixError("inotify_init1", path: path) }
+      guard inotify_add_watch(fd, path, UInt32(IN_MODIFY)) >= 0 else {
+        let error = posixError("inotify_add_watch", path: path)
+        _ = Glibc_close(fd)
+        throw error
+      }
+      return InotifyWatcher(fd: fd)
+    #else
+      // Portable fallback: the caller polls on each timeout. (On Apple
+      // platforms a kqueue EVFILT_VNODE NOTE_WRITE or Darwin notify_post
+      // would wake it at once; this build does not use either.)
+      return PollingWatcher()
+    #endif
+  }
+
   public func contentsOfDirectory(_ path: String) throws -> [String] {
     guard let dir = opendir(path) else { throw posixError("opendir", path: path) }
     defer { closedir(dir) }
@@ -206,3 +264,52 @@ final class POSIXFileLock: FileLock, @unchecked Sendable {
     }
   }
 }
+
+/// A file mapped with `mmap(MAP_SHARED)`; unmapped when released.
+final class MappedRegion: SharedRegion, @unchecked Sendable {
+  // Safe: the mapping lives as long as this object; callers reach it only
+  // through atomic loads and stores (Coordination).
+  let base: UnsafeMutableRawPointer
+  let size: Int
+  let isWritable: Bool
+
+  init(base: UnsafeMutableRawPointer, size: Int, isWritable: Bool) {
+    self.base = base
+    self.size = size
+    self.isWritable = isWritable
+  }
+
+  deinit { munmap(base, size) }
+}
+
+#if canImport(Glibc)
+  /// An inotify watch on one file for writes (IN_MODIFY).
+  final class InotifyWatcher: FileWatcher, @unchecked Sendable {
+    private let state: Locked<Int32>
+
+    init(fd: Int32) { state = Locked(fd) }
+
+    deinit { close() }
+
+    func wait(timeout: Double) -> Bool {
+      let fd = state.withLock { $0 }
+      guard fd >= 0 else { return false }
+      var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+      let ready = poll(&p, 1, Int32(max(0, min(timeout * 1000, 60_000))))
+      guard ready > 0 else { return false }
+      // Drain every queued event: one wake covers them all.
+      var buffer = [UInt8](repeating: 0, count: 4096)
+      var saw = false
+      while buffer.withUnsafeMutableBytes({ read(fd, $0.baseAddress, 4096) }) > 0 { saw = true }
+      return saw
+    }
+
+    func close() {
+      let fd = state.withLock { fd -> Int32 in
+        defer { fd = -1 }
+        return fd
+      }
+      if fd >= 0 { _ = Glibc_close(fd) }
+    }
+  }
+#endif

@@ -40,11 +40,14 @@ extension Database {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
     let hold = gate.acquire()
     try checkWritable()
+    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
+    defer { claim.release() }
     try checkpoint(holding: hold)
     return try compact(holding: hold)
   }
 
-  /// Runs a compaction, after a checkpoint.
+  /// Runs a compaction, after a checkpoint. Called holding the gate and a
+  /// claim on the write lock.
   func compact(holding hold: borrowing WriterGate.Hold) throws -> CompactionReport {
     let started = currentMilliseconds()
     let before = hold.state.checkpoint.fileBytes
@@ -102,13 +105,18 @@ extension Database {
       throw setPoison(error)
     }
 
-    // 6. Switch over.
+    // 6. Switch over; other processes see the data generation move and
+    //    open the new file.
     hold.state.store = newStore
     hold.state.trees = trees
     hold.state.checkpoint = checkpoint
-    hold.state.commitOffset = BlockOffset(offset)
+    hold.state.dataGeneration &+= 1
     install(wal)
-    publish(Version(sequence: sequence, trees: trees, store: newStore, checkpoint: checkpoint))
+    publish(
+      rewritten: Version(
+        sequence: sequence, trees: trees, store: newStore, checkpoint: checkpoint,
+        log: LogPosition(walSalt: wal.salt, walEnd: wal.written, dataGeneration: hold.state.dataGeneration)),
+      wal: wal, commit: nil)
     oldStore.cache.removeAll()
     counters.compactions.add(1)
     return CompactionReport(

@@ -19,24 +19,32 @@ public struct BlockInfo: Sendable, Codable, Equatable {
 /// Reads a store's files without opening it for writing: the block walk,
 /// whole-store verification, the WAL summary.
 ///
-/// It holds a shared lock on the store, so no process writes while it looks
-/// (a writer's exclusive lock makes it fail with ``EngineError/Code/locked``),
-/// and it never changes a file.
+/// It takes no lock and never changes a file. Other processes may read and
+/// write the store meanwhile: when the coordination file holds their state,
+/// the inspector reads the files as that state describes them — the data
+/// file up to its last published checkpoint, the WAL up to its last
+/// published commit — so it sees one consistent store, not a checkpoint or
+/// a commit half-written.
 public final class StoreInspector {
   /// The store's folder.
   public let path: String
   let fs: any FileSystem
   let dataPath: String
   let walPath: String
-  private var lock: (any FileLock)?
   let data: any StorageFile
-  /// Length of the data file.
+  /// Length of the data file: its committed part, when other processes
+  /// published one.
   public let dataFileBytes: UInt64
+  /// The WAL as published by other processes: its salt and where its
+  /// committed records end; nil when no process published a state.
+  let walBound: (salt: UInt64, end: UInt64)?
+  /// Bytes of the data file past its published end (a checkpoint being
+  /// written, or one a killed process left), when there was a published end.
+  let unpublishedBytes: UInt64
 
   /// Opens the store at `path` for inspection.
   ///
-  /// - Throws: ``EngineError/Code/notAStore`` if the folder holds no store,
-  ///   ``EngineError/Code/locked`` if a process has it open for writing.
+  /// - Throws: ``EngineError/Code/notAStore`` if the folder holds no store.
   public init(path: String, fileSystem: any FileSystem = POSIXFileSystem()) throws {
     self.path = Path.normalize(path)
     self.fs = fileSystem
@@ -48,29 +56,57 @@ public final class StoreInspector {
     guard fs.exists(dataPath) else {
       throw EngineError(.notAStore, "the folder holds no Cairn store (no \(StoreFiles.data))", path: self.path)
     }
-    let lock = try fs.lock(Path.join(self.path, StoreFiles.lock), exclusive: false)
-    do {
-      data = try fs.open(dataPath, .readOnly)
-      dataFileBytes = try data.size()
-      let head = try data.read(at: 0, count: 8)
-      guard head.elementsEqual(HeaderLayout.dataMagic) else {
-        data.close()
+    // The coordination file, read-only, if there is one: never create it.
+    let shmPath = Path.join(self.path, StoreFiles.shm)
+    let coordination =
+      fs.exists(shmPath)
+      ? (try? fs.mapShared(shmPath, size: CoordinationLayout.size, writable: false)).map {
+        Coordination(region: $0, notifyFile: nil, path: shmPath)
+      } : nil
+    let boot = fs.bootIdentifier()
+    var attempts = 0
+    while true {
+      let file = try fs.open(dataPath, .readOnly)
+      let head = try file.read(at: 0, count: HeaderLayout.size)
+      guard head.count >= 8, head[0..<8].elementsEqual(HeaderLayout.dataMagic) else {
+        file.close()
         throw EngineError(.notAStore, "\(StoreFiles.data) does not start with the Cairn magic number", path: dataPath)
       }
-    } catch {
-      lock.unlock()
-      throw error
+      let storeID =
+        head.count >= HeaderLayout.storeID + 16 ? Array(head[HeaderLayout.storeID..<(HeaderLayout.storeID + 16)]) : []
+      // After 50 ms of disagreement the state is not a live process's (the
+      // files were damaged or replaced behind it): read them as they are.
+      guard attempts < 50, let (_, shared) = coordination?.read(storeID: storeID, boot: boot) else {
+        data = file
+        dataFileBytes = try file.size()
+        walBound = nil
+        unpublishedBytes = 0
+        return
+      }
+      // The state must describe the files as opened: a checkpoint or a
+      // compaction between reading it and opening them means read again.
+      let size = try file.size()
+      let walSalt = try? fs.open(walPath, .readOnly).read(at: UInt64(HeaderLayout.salt), count: 8).littleEndian(
+        UInt64.self, at: 0)
+      let commit = try? RecoveryPlan.readCommit(file, at: shared.checkpointOffset.rawValue)
+      if size >= shared.dataFileEnd, walSalt == shared.walSalt, commit?.end == shared.dataFileEnd {
+        data = file
+        dataFileBytes = shared.dataFileEnd
+        walBound = (shared.walSalt, shared.walEnd)
+        unpublishedBytes = size - shared.dataFileEnd
+        return
+      }
+      file.close()
+      attempts += 1
+      sleepSeconds(0.001)
     }
-    self.lock = lock
   }
 
   deinit { close() }
 
-  /// Releases the files and the lock.
+  /// Releases the files.
   public func close() {
     data.close()
-    lock?.unlock()
-    lock = nil
   }
 
   // MARK: The block walk
@@ -160,8 +196,13 @@ public final class StoreInspector {
     }
     let file = try fs.open(walPath, .readOnly)
     defer { file.close() }
-    let bytes = try RecoveryPlan.dataOf(file)
-    return (bytes, try WALHeader.decode(bytes, path: walPath))
+    var bytes = try RecoveryPlan.dataOf(file)
+    let header = try WALHeader.decode(bytes, path: walPath)
+    if let walBound, walBound.salt == header.salt, UInt64(bytes.count) > walBound.end {
+      // Past the published end: a commit being written now.
+      bytes.removeSubrange(Int(walBound.end)...)
+    }
+    return (bytes, header)
   }
 
   // MARK: Verification
@@ -247,6 +288,11 @@ public final class StoreInspector {
       if let p = end.problem { problem(p, path: dataPath, otherwise: .f2) }
       return report
     }
+    if unpublishedBytes > 0 {
+      report.notes.append(
+        "\(unpublishedBytes) bytes after the last commit record (at \(latest.offset)) are a checkpoint being "
+          + "written, or the torn tail of one cut short; recovery cuts them off")
+    }
     if let p = end.problem {
       if end.offset >= latest.end {
         report.notes.append(
@@ -298,13 +344,8 @@ public final class StoreInspector {
     }
     if !plan.replay.isEmpty && report.problems.isEmpty {
       do {
-        let context = TreeContext(store: store, owner: 1)
-        try plan.forEachRecordToApply(path: walPath) { record in
-          for op in record.operations {
-            try Recovery.replay(op, into: &trees, context, record: record, path: walPath)
-          }
-        }
-        let replayed = TreeChecker.verify(trees, TreeContext(store: store))
+        let replayedTrees = try Recovery.trees(of: plan, store: store, options: Options(), owner: 1, walPath: walPath)
+        let replayed = TreeChecker.verify(replayedTrees, TreeContext(store: store))
         report.problems += replayed.problems
         report.keyCounts = replayed.keyCounts
       } catch {

@@ -22,34 +22,37 @@ enum WALReader {
     var records: Int
   }
 
-  /// Scans `bytes` (a whole WAL file) and calls `body` with each valid record.
+  /// Scans `bytes` (a whole WAL file, or the part of one from file
+  /// position `base`, which must be where a record starts) and calls `body`
+  /// with each valid record. Positions, in records and errors, are the file's.
   ///
   /// - Throws: ``EngineError/Code/corrupted`` (rule F-15) naming the
   ///   position of a damaged record; whatever `body` throws.
   static func scan(
-    _ bytes: [UInt8], salt: UInt64, path: String, _ body: (WALRecord) throws -> Void
+    _ bytes: [UInt8], base: UInt64 = 0, salt: UInt64, path: String, _ body: (WALRecord) throws -> Void
   ) throws -> Result {
-    var position = HeaderLayout.size
+    var position = base == 0 ? HeaderLayout.size : 0
     var count = 0
     let size = bytes.count
     while position < size {
-      switch classify(bytes, at: position, salt: salt, path: path) {
+      switch classify(bytes, at: position, base: base, salt: salt, path: path) {
       case .valid(let record):
         try body(record)
         count += 1
         position += record.length
       case .damaged(let why):
-        throw EngineError(.corrupted, "WAL record \(why)", path: path, offset: UInt64(position), rule: .f15)
+        throw EngineError(
+          .corrupted, "WAL record \(why)", path: path, offset: base + UInt64(position), rule: .f15)
       case .torn(let why):
-        if let evidence = evidenceAgainstTear(bytes, at: position, salt: salt, path: path) {
+        if let evidence = evidenceAgainstTear(bytes, at: position, base: base, salt: salt, path: path) {
           throw EngineError(
             .corrupted, "WAL record \(why), but \(evidence): a complete record was damaged", path: path,
-            offset: UInt64(position), rule: .f15)
+            offset: base + UInt64(position), rule: .f15)
         }
-        return Result(end: UInt64(position), discarded: UInt64(size - position), records: count)
+        return Result(end: base + UInt64(position), discarded: UInt64(size - position), records: count)
       }
     }
-    return Result(end: UInt64(position), discarded: 0, records: count)
+    return Result(end: base + UInt64(position), discarded: 0, records: count)
   }
 
   enum Classification {
@@ -59,7 +62,9 @@ enum WALReader {
   }
 
   /// What the bytes at `position` are: a valid record, a torn one, or a damaged one (FORMAT.md §5).
-  static func classify(_ bytes: [UInt8], at position: Int, salt: UInt64, path: String) -> Classification {
+  static func classify(
+    _ bytes: [UInt8], at position: Int, base: UInt64 = 0, salt: UInt64, path: String
+  ) -> Classification {
     var header = ByteReader(bytes, from: position, path: path, base: 0, what: "WAL record", rule: .f15)
     guard let stored = try? header.u64("checksum"), let length32 = try? header.u32("length"),
       let type = try? header.u8("type"), let reserved = try? header.bytes(3, "reserved")
@@ -78,11 +83,11 @@ enum WALReader {
       return .torn("trailer is cut off at the end of the file")
     }
     let computed = Checksum.xxh3(
-      bytes, (position + WALLayout.length)..<(position + total), seed: salt &+ UInt64(position))
+      bytes, (position + WALLayout.length)..<(position + total), seed: salt &+ base &+ UInt64(position))
     if stored == computed && Int(trailerLength) == length && magic == WALLayout.magicValue {
       do {
         let record = try WALRecord.decodePayload(
-          bytes, (position + WALLayout.header)..<trailer, position: UInt64(position), path: path)
+          bytes, (position + WALLayout.header)..<trailer, position: base + UInt64(position), path: path)
         return .valid(record)
       } catch {
         return .damaged("passes its checksum but does not decode: \(error.message)")
@@ -100,7 +105,9 @@ enum WALReader {
   /// A trailer whose record starts exactly at `position` proves the record
   /// there complete; a later valid record synced past `position` proves it
   /// was durable.
-  static func evidenceAgainstTear(_ bytes: [UInt8], at position: Int, salt: UInt64, path: String) -> String? {
+  static func evidenceAgainstTear(
+    _ bytes: [UInt8], at position: Int, base: UInt64 = 0, salt: UInt64, path: String
+  ) -> String? {
     var m = position + WALLayout.header + WALLayout.minimumPayload + WALLayout.trailerMagic
     while let candidate = bytes.littleEndian(UInt32.self, at: m) {
       defer { m += 1 }
@@ -108,12 +115,13 @@ enum WALReader {
         continue
       }
       let start = m - 4 - Int(length32) - WALLayout.header
-      if start == position { return "a trailer at \(m - 4) marks it complete" }
+      if start == position { return "a trailer at \(base + UInt64(m - 4)) marks it complete" }
       guard start > position else { continue }
-      if case .valid(let later) = classify(bytes, at: start, salt: salt, path: path),
-        later.syncedThrough.rawValue > UInt64(position)
+      if case .valid(let later) = classify(bytes, at: start, base: base, salt: salt, path: path),
+        later.syncedThrough.rawValue > base + UInt64(position)
       {
-        return "the record at \(start) was written after it was synced (synced through \(later.syncedThrough))"
+        return
+          "the record at \(base + UInt64(start)) was written after it was synced (synced through \(later.syncedThrough))"
       }
     }
     return nil

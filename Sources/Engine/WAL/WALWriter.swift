@@ -22,13 +22,13 @@ struct WALWriter {
   /// How far the last completed fsync reached.
   private(set) var durable: UInt64
 
-  /// A writer for a log whose records end at `end`, all of them durable (a
-  /// new log, or one recovery read).
-  init(file: any StorageFile, header: WALHeader, end: UInt64) {
+  /// A writer for a log whose records end at `end`, durable through
+  /// `durable` (all of them, unless said otherwise).
+  init(file: any StorageFile, header: WALHeader, end: UInt64, durable: UInt64? = nil) {
     self.file = file
     self.header = header
     self.written = end
-    self.durable = end
+    self.durable = min(durable ?? end, end)
   }
 
   /// The salt that seeds this log's record checksums.

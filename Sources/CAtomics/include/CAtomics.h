@@ -1,0 +1,30 @@
+// Atomic loads and stores of 64-bit words in memory the engine does not own
+// as Swift values: the coordination file, mapped shared between processes.
+// Swift's Synchronization.Atomic must live in a Swift value, so it cannot
+// overlay a mapped file; these are the C11 operations, inlined.
+#ifndef CAIRN_ATOMICS_H
+#define CAIRN_ATOMICS_H
+
+#include <stdint.h>
+
+static inline uint64_t cairn_load_acquire(const void *p) {
+  return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline uint64_t cairn_load_relaxed(const void *p) {
+  return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
+}
+
+static inline void cairn_store_release(void *p, uint64_t v) {
+  __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE);
+}
+
+static inline void cairn_store_relaxed(void *p, uint64_t v) {
+  __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELAXED);
+}
+
+static inline void cairn_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+
+static inline void cairn_fence_release(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+
+#endif
