@@ -46,6 +46,9 @@ let package = Package(
     // Child process for the crash tests: commits numbered transactions and
     // reports each one on stdout until it is killed.
     .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine", "EngineTestSupport"]),
+    // Child processes for the multi-process tests: writers, followers, a
+    // lock holder, a repository writer.
+    .executableTarget(name: "cairn-store-worker", dependencies: ["Engine", "Repo"]),
     // The fuzz targets: the harnesses (FuzzTargets) and one executable each,
     // libFuzzer's with -DFUZZING; a plain build replays inputs. `make fuzz`.
     .target(name: "FuzzTargets", dependencies: ["Engine", "Repo", "EnginectlKit", "EngineTestSupport"]),

@@ -70,14 +70,17 @@ extension Database {
       guard let (_, shared) = coordination.read(storeID: storeID, boot: boot) else {
         return try repair(holding: hold, shared: nil)
       }
+      // It also leaves a data file or WAL renamed into place but never
+      // announced: the files the paths name now are not the ones followed.
       let (walFile, walHeader) = follower.withLock { ($0.wal, $0.walHeader) }
       let current = self.current
+      let walIdentity = try walFile.identity()
+      let dataIdentity = try current.store.file.identity()
       let walSize = try walFile.size()
       let dataSize = try current.store.file.size()
-      let named = try? WALHeader.decode(
-        try fs.open(walPath, .readOnly).read(at: 0, count: HeaderLayout.size), path: walPath)
-      if walHeader.salt != shared.walSalt || named?.salt != shared.walSalt || walSize != shared.walEnd
-        || dataSize != shared.dataFileEnd || current.sequence != shared.sequence
+      let sameFiles = fs.identity(of: walPath) == walIdentity && fs.identity(of: dataPath) == dataIdentity
+      if !sameFiles || walHeader.salt != shared.walSalt || current.sequence != shared.sequence
+        || walSize != shared.walEnd || dataSize != shared.dataFileEnd
       {
         try repair(holding: hold, shared: shared)
       }

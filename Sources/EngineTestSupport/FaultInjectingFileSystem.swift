@@ -168,6 +168,8 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
   public func bootIdentifier() -> UInt64 { base.bootIdentifier() }
 
   public func watch(_ path: String) throws -> any FileWatcher { try base.watch(path) }
+
+  public func identity(of path: String) -> FileIdentity? { base.identity(of: path) }
 }
 
 final class FaultInjectingFile: StorageFile, @unchecked Sendable {
@@ -195,6 +197,7 @@ final class FaultInjectingFile: StorageFile, @unchecked Sendable {
   }
 
   func size() throws -> UInt64 { try base.size() }
+  func identity() throws -> FileIdentity { try base.identity() }
 
   func truncate(to size: UInt64) throws {
     switch fs.decide(.truncate) {

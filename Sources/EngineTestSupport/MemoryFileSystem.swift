@@ -195,6 +195,15 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
 
   public func bootIdentifier() -> UInt64 { boot }
 
+  public func identity(of path: String) -> FileIdentity? {
+    let path = Path.normalize(path)
+    return lock.withLock { files[path].map(Self.identity) }
+  }
+
+  static func identity(_ inode: Inode) -> FileIdentity {
+    FileIdentity(device: 0, inode: UInt64(UInt(bitPattern: ObjectIdentifier(inode).hashValue)))
+  }
+
   public func watch(_ path: String) throws -> any FileWatcher {
     let path = Path.normalize(path)
     let watcher = MemoryWatcher()
@@ -484,6 +493,8 @@ final class MemoryFile: StorageFile, @unchecked Sendable {
     try checkOpen()
     return fs.size(inode)
   }
+
+  func identity() throws -> FileIdentity { MemoryFileSystem.identity(inode) }
 
   func truncate(to size: UInt64) throws {
     try checkOpen(writing: true)

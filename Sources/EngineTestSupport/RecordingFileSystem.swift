@@ -143,6 +143,8 @@ public final class RecordingFileSystem: FileSystem, @unchecked Sendable {
   public func bootIdentifier() -> UInt64 { base.bootIdentifier() }
 
   public func watch(_ path: String) throws -> any FileWatcher { try base.watch(path) }
+
+  public func identity(of path: String) -> FileIdentity? { base.identity(of: path) }
 }
 
 final class RecordingFile: StorageFile, @unchecked Sendable {
@@ -166,6 +168,7 @@ final class RecordingFile: StorageFile, @unchecked Sendable {
   }
 
   func size() throws -> UInt64 { try base.size() }
+  func identity() throws -> FileIdentity { try base.identity() }
 
   func truncate(to size: UInt64) throws {
     try base.truncate(to: size)

@@ -42,6 +42,24 @@ public protocol FileSystem: AnyObject, Sendable {
   func bootIdentifier() -> UInt64
   /// Watches the file at `path` for writes to it.
   func watch(_ path: String) throws -> any FileWatcher
+  /// Which file the path names now, or nil if none: compared with an open
+  /// file's ``StorageFile/identity()``, it tells whether the file was
+  /// replaced (renamed over) since it was opened.
+  func identity(of path: String) -> FileIdentity?
+}
+
+/// Which file an open file or a path is: the device and inode number on a
+/// real disk. Equal identities are the same file.
+public struct FileIdentity: Hashable, Sendable {
+  /// Two numbers that name the file together (device and inode).
+  public var device: UInt64
+  public var inode: UInt64
+
+  /// Wraps the two numbers.
+  public init(device: UInt64, inode: UInt64) {
+    self.device = device
+    self.inode = inode
+  }
 }
 
 extension FileSystem {
@@ -151,6 +169,8 @@ public protocol StorageFile: AnyObject, Sendable {
   func sync() throws
   /// Closes the file. Further calls throw ``EngineError/Code/closed``.
   func close()
+  /// Which file this is (``FileSystem/identity(of:)``).
+  func identity() throws -> FileIdentity
 }
 
 /// A held advisory lock; released by ``unlock()`` or when deallocated.

@@ -130,6 +130,12 @@ public final class POSIXFileSystem: FileSystem {
     #endif
   }
 
+  public func identity(of path: String) -> FileIdentity? {
+    var st = stat()
+    guard stat(path, &st) == 0 else { return nil }
+    return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+  }
+
   public func contentsOfDirectory(_ path: String) throws -> [String] {
     guard let dir = opendir(path) else { throw posixError("opendir", path: path) }
     defer { closedir(dir) }
@@ -220,6 +226,13 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
     var st = stat()
     guard fstat(fd, &st) == 0 else { throw posixError("fstat", path: path) }
     return UInt64(st.st_size)
+  }
+
+  func identity() throws -> FileIdentity {
+    let fd = try checkOpen()
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { throw posixError("fstat", path: path) }
+    return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
   }
 
   func truncate(to size: UInt64) throws {

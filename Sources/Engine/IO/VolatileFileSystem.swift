@@ -70,6 +70,13 @@ final class VolatileFileSystem: FileSystem, @unchecked Sendable {
 
   func syncDirectory(_ path: String) throws {}
 
+  func identity(of path: String) -> FileIdentity? {
+    let path = Path.normalize(path)
+    return lock.withLock {
+      files[path].map { FileIdentity(device: 0, inode: UInt64(UInt(bitPattern: ObjectIdentifier($0).hashValue))) }
+    }
+  }
+
   /// The store is private to one database: nothing else can ask for its lock.
   func lock(_ path: String, exclusive: Bool) throws -> any FileLock { VolatileLock() }
 
@@ -157,6 +164,10 @@ final class VolatileFile: StorageFile, @unchecked Sendable {
   }
 
   func close() { lock.withLock { closed = true } }
+
+  func identity() throws -> FileIdentity {
+    FileIdentity(device: 0, inode: UInt64(UInt(bitPattern: ObjectIdentifier(contents).hashValue)))
+  }
 }
 
 /// The lock of a ``VolatileFileSystem``: there is no one to exclude.
