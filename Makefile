@@ -58,7 +58,7 @@ bench-quick: bench-deps
 
 ## fuzz: builds every fuzz target with libFuzzer + AddressSanitizer (and
 ## fails if a binary is not instrumented for coverage), then fuzzes
-## FUZZ_TARGET (store, wal, record, history, cli, ops; default: each in turn)
+## FUZZ_TARGET (store, wal, record, history, cli, ops, shm; default: each in turn)
 ## for FUZZ_TIME seconds. New inputs go to out/fuzz/<target>/corpus, crashes
 ## to out/fuzz/<target>/artifacts; a crash becomes a file in
 ## Tests/Fuzz/<target>/regressions, which `make test` replays. `make
@@ -69,7 +69,7 @@ bench-quick: bench-deps
 FUZZ_TIME ?= 600
 FUZZ_TARGET ?= all
 FUZZ_CHECK_TIME ?= 30
-FUZZ_TARGETS := store wal record history cli ops
+FUZZ_TARGETS := store wal record history cli ops shm
 fuzz: deps
 	scripts/fuzz.sh build
 	@for t in $(if $(filter all,$(FUZZ_TARGET)),$(FUZZ_TARGETS),$(FUZZ_TARGET)); do \

@@ -58,6 +58,7 @@ let package = Package(
     .executableTarget(name: "FuzzHistory", dependencies: ["FuzzTargets"]),
     .executableTarget(name: "FuzzCLI", dependencies: ["FuzzTargets"]),
     .executableTarget(name: "FuzzOps", dependencies: ["FuzzTargets"]),
+    .executableTarget(name: "FuzzShm", dependencies: ["FuzzTargets"]),
     .testTarget(name: "EngineTests", dependencies: ["Engine", "EngineTestSupport", "FuzzTargets"]),
     .testTarget(name: "RepoTests", dependencies: ["Repo", "EngineTestSupport"]),
   ],

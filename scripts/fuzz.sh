@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh build            build every target with libFuzzer + ASan, and
 #                                    fail unless each binary is instrumented for coverage
-#   scripts/fuzz.sh run T SECONDS    fuzz target T (store, wal, record, history, cli, ops)
+#   scripts/fuzz.sh run T SECONDS    fuzz target T (store, wal, record, history, cli, ops, shm)
 #   scripts/fuzz.sh check SECONDS    run every target SECONDS from its checked-in corpus,
 #                                    print its coverage, fail on a crash or on coverage
 #                                    below the floor in Tests/Fuzz/floors (CI)
@@ -19,12 +19,12 @@ cd "$(dirname "$0")/.."
 SWIFT=${SWIFT:-swift}
 BUILD=.build/fuzz
 BIN=$BUILD/release
-TARGETS=(store wal record history cli ops)
+TARGETS=(store wal record history cli ops shm)
 
 product() {
   case "$1" in
     store) echo FuzzStore ;; wal) echo FuzzWAL ;; record) echo FuzzRecord ;;
-    history) echo FuzzHistory ;; cli) echo FuzzCLI ;; ops) echo FuzzOps ;;
+    history) echo FuzzHistory ;; cli) echo FuzzCLI ;; ops) echo FuzzOps ;; shm) echo FuzzShm ;;
     *) echo "unknown fuzz target $1 (one of: ${TARGETS[*]})" >&2; exit 2 ;;
   esac
 }

@@ -172,7 +172,9 @@ struct CheckpointWriter {
     self.position = start
     self.start = start
     self.bufferStart = start
-    buffer.reserveCapacity(Self.flushSize + 65_536)
+    // Grows as blocks arrive: most checkpoints are small, and reserving the
+    // flush size up front cost every one of them a 4 MiB allocation.
+    buffer.reserveCapacity(64 << 10)
   }
 
   private var counters: Counters { target.counters }

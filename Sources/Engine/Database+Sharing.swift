@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// Sharing a store between processes: taking the write lock, catching up
 /// with what other processes committed, and repairing what a process
@@ -32,6 +33,13 @@ struct Follower {
 /// A catch-up that found the files in another state than the coordination
 /// file described (a checkpoint or compaction raced it): it starts over.
 struct Moved: Error {}
+
+/// How long a process waits for the files to match the coordination file
+/// (a writer between renaming a file and publishing it) before it reads the
+/// files as they are.
+enum Settling {
+  static let milliseconds = Atomic<Int>(50)
+}
 
 extension Database {
   // MARK: The write lock
@@ -177,7 +185,7 @@ extension Database {
         // killed there — and the files say what the store holds.
         attempts += 1
         if attempts > 10 { sleepSeconds(0.001) }
-        if attempts >= 60 { return try followFiles() }
+        if attempts >= 10 + Settling.milliseconds.load(ordering: .relaxed) { return try followFiles() }
       }
     }
   }
@@ -231,6 +239,7 @@ extension Database {
       //    the log followed so far that led up to it.
       var last = base
       if tracking && f.walHeader.salt == base.log.walSalt, let size = try? f.wal.size(), size > base.log.walEnd,
+        size - base.log.walEnd <= UInt64(WALLayout.maximumPayload) * 4,
         let bytes = try? f.wal.read(at: base.log.walEnd, count: Int(size - base.log.walEnd)),
         let (tail, end) = try? replay(
           bytes, base: base.log.walEnd, salt: base.log.walSalt, onto: base, through: shared.checkpointSequence,
@@ -297,8 +306,12 @@ extension Database {
   }
 
   /// The bytes of a file from `start` to `end`, all of them, or `Moved`.
+  ///
+  /// The published end comes from shared memory: it is checked against the
+  /// file's length before anything is allocated for it.
   private func readExactly(_ file: any StorageFile, from start: UInt64, to end: UInt64) throws -> [UInt8] {
     guard end > start else { return [] }
+    guard end <= (try file.size()), end - start <= UInt64(Int.max) else { throw Moved() }
     let bytes = try file.read(at: start, count: Int(end - start))
     guard bytes.count == Int(end - start) else { throw Moved() }
     return bytes

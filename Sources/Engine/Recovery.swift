@@ -119,7 +119,7 @@ enum Recovery {
           // what the store holds.
           attempts += 1
           if attempts > 10 { sleepSeconds(0.001) }
-          if attempts >= 60 { return nil }
+          if attempts >= 10 + Settling.milliseconds.load(ordering: .relaxed) { return nil }
         }
       }
       return nil

@@ -28,6 +28,7 @@ public protocol FuzzTarget: Sendable {
 public enum FuzzTargets {
   public static let all: [any FuzzTarget.Type] = [
     StoreTarget.self, WALTarget.self, RecordTarget.self, HistoryTarget.self, CLITarget.self, OpsTarget.self,
+    CoordinationTarget.self,
   ]
 
   /// The plain build's main: `BINARY INPUT|FOLDER...` replays every input

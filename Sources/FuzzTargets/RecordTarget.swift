@@ -18,6 +18,8 @@ public enum RecordTarget: FuzzTarget {
   enum Status: String, Codable, Equatable { case open, done, archived }
   enum Priority: Int, Codable, Equatable { case low = 1, high = 9 }
 
+  // Floating-point fields compare by their bits: the encodings keep every
+  // bit, and NaN is never equal to itself.
   struct Flat: Codable, Equatable {
     var id: Int
     var name: String
@@ -28,6 +30,12 @@ public enum RecordTarget: FuzzTarget {
     var small: Int8
     var big: UInt64
     var ratio: Float
+
+    static func == (a: Flat, b: Flat) -> Bool {
+      a.id == b.id && a.name == b.name && a.score.bitPattern == b.score.bitPattern && a.done == b.done
+        && a.when.timeIntervalSinceReferenceDate.bitPattern == b.when.timeIntervalSinceReferenceDate.bitPattern
+        && a.uuid == b.uuid && a.small == b.small && a.big == b.big && a.ratio.bitPattern == b.ratio.bitPattern
+    }
   }
 
   struct Address: Codable, Equatable {
@@ -47,6 +55,13 @@ public enum RecordTarget: FuzzTarget {
     var names: [String: String]
     var blob: Data
     var matrix: [[Int16]]
+
+    static func == (a: Nested, b: Nested) -> Bool {
+      a.id == b.id && a.title == b.title && a.address == b.address && a.previous == b.previous
+        && a.status == b.status && a.priority == b.priority && a.tags == b.tags && a.names == b.names
+        && a.blob == b.blob && a.matrix == b.matrix && a.scores.keys == b.scores.keys
+        && a.scores.allSatisfy { b.scores[$0.key]?.bitPattern == $0.value.bitPattern }
+    }
   }
 
   struct KeyPair: Codable, Hashable {

@@ -99,6 +99,14 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
       "size after load, random values: ≤1.1× SQLite", random.ratio("sqlite").map { 1 / $0 }, { $0 <= 1.1 }, formatRatio)
   }
 
+  // One store, several processes (issue 13).
+  if let two = rows.first(where: { $0.workload == "14" && $0.row.hasSuffix("from 2 processes") }) {
+    check("2 processes commit at least as much per second as SQLite's 2", two.ratio("sqlite"), { $0 >= 1 }, formatRatio)
+  }
+  if let p50 = rowPrefix("14", "visibility in another process, p50")?.medians["cairn"] {
+    check("visibility in another process: p50 under 10 ms", p50, { $0 < 0.010 }, formatSeconds)
+  }
+
   // The typed repository (issue 6): the record encoding against JSON.
   if let encode = rowPrefix("12", "encode") {
     check("record encoding: ≥5× JSONEncoder", encode.ratio("json"), { $0 >= 5 }, formatRatio)

@@ -125,6 +125,7 @@ enum Workloads {
     Models(),
     Codec(),
     Changes(),
+    Processes(),
   ]
 
   /// The workload with this id or name.

@@ -26,6 +26,17 @@ func fail(_ message: String) -> Never {
 
 var args = Array(CommandLine.arguments.dropFirst())
 
+// A process of workload 14 (several processes sharing one store).
+if args.first == "proc-commit" || args.first == "proc-observe" {
+  do {
+    try ProcessWorkloadChild.main(args)
+    exit(0)
+  } catch {
+    FileHandle.standardError.write(Data("\(args[0]): \(error)\n".utf8))
+    exit(1)
+  }
+}
+
 // A child: run one workload on one system and print its measurements.
 if args.first == "child" {
   guard args.count == 4, let config = try? JSONDecoder().decode(Config.self, from: Data(args[3].utf8)) else {

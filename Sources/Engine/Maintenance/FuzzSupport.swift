@@ -96,3 +96,38 @@ extension FuzzSupport {
     return (sequences, result.end)
   }
 }
+
+@_spi(Fuzzing)
+extension FuzzSupport {
+  /// Makes `bytes` (a coordination file, FORMAT.md §10.2) pass the checks
+  /// of validity for the store `storeID` in boot `boot`: the magic, the
+  /// version and size, the store id, the boot, and both slots' checksums;
+  /// every other byte stays as given.
+  public static func sealCoordination(_ bytes: inout [UInt8], storeID: [UInt8], boot: UInt64) {
+    guard bytes.count >= CoordinationLayout.size, storeID.count == 16 else { return }
+    func put(_ v: UInt64, at offset: Int) {
+      withUnsafeBytes(of: v) { bytes.replaceSubrange(offset..<(offset + 8), with: $0) }
+    }
+    put(CoordinationLayout.magicValue, at: CoordinationLayout.magic)
+    put(CoordinationLayout.versionAndSize, at: CoordinationLayout.version)
+    bytes.replaceSubrange(CoordinationLayout.storeID..<(CoordinationLayout.storeID + 16), with: storeID)
+    put(boot, at: CoordinationLayout.boot)
+    for slot in 0..<2 {
+      let at = CoordinationLayout.slot(slot)
+      let words = (0..<CoordinationLayout.slotWords).map { i in
+        bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at + 8 * i, as: UInt64.self) }
+      }
+      put(Coordination.checksum(words), at: at + 8 * 8)
+    }
+  }
+
+  /// The coordination file's size.
+  public static let coordinationSize = CoordinationLayout.size
+
+  /// How long (ms) processes wait for files to match the coordination file
+  /// before reading them as they are; 50 by default. A fuzzer that feeds
+  /// mismatched states on purpose shortens it.
+  public static func setSettlingTime(milliseconds: Int) {
+    Settling.milliseconds.store(max(0, milliseconds), ordering: .relaxed)
+  }
+}
