@@ -229,10 +229,16 @@ extension Database {
     let final: Version
 
     if sameFiles && shared.walEnd >= base.log.walEnd {
-      // 1. The same log: the records after ours.
+      // 1. The same log: the records after ours. From its start (a handle
+      //    just opened at the checkpoint), the log may begin with records
+      //    the checkpoint holds: a writer killed between writing a
+      //    checkpoint and renaming a fresh log into place leaves them, and
+      //    the next writer's repair keeps that log.
+      let fromStart = base.log.walEnd == UInt64(HeaderLayout.size)
       let bytes = try readExactly(f.wal, from: base.log.walEnd, to: shared.walEnd)
       (events, final) = try replay(
-        bytes, base: base.log.walEnd, salt: shared.walSalt, onto: base, through: shared.sequence, tracking: tracking)
+        bytes, base: base.log.walEnd, salt: shared.walSalt, onto: base, through: shared.sequence, tracking: tracking,
+        skippingThrough: fromStart ? base.checkpoint.sequence : .zero)
     } else {
       // 2. Another process checkpointed, compacted or repaired: start from
       //    the checkpoint it names. First, for subscribers, the records of
@@ -319,8 +325,9 @@ extension Database {
 
   /// Applies the records in `bytes` (the WAL from file position `base`,
   /// salted `salt`) on top of `version`. Records at or below
-  /// `skippingThrough` are passed over; the others must follow on from
-  /// `version` without a gap, through `through`. With `partial`, the bytes
+  /// `skippingThrough` before the first one applied are passed over (F-15:
+  /// a log may begin with records its checkpoint holds); the others must
+  /// follow on from `version` without a gap, through `through`. With `partial`, the bytes
   /// are a log read to its end: replaying stops after `through`, or where
   /// the log does.
   ///
@@ -343,7 +350,7 @@ extension Database {
     do {
       _ = try WALReader.scan(bytes, base: base, salt: salt, path: walPath) { record in
         if partial && record.sequence > through { throw Moved() }
-        if record.sequence > skippingThrough {
+        if record.sequence > skippingThrough || sequence != version.sequence {
           guard record.sequence == sequence.next else {
             throw EngineError(
               .corrupted, "WAL record has sequence \(record.sequence) where \(sequence.next) should follow",

@@ -74,6 +74,17 @@ import Testing
       try Self.check(snap, acked: acked, "killed after operation \(k)")
       #expect(try snap.get(b("survivor"), in: "b") == b("1"))
       #expect(snap.verify().isClean, "killed after operation \(k)")
+      // A handle opened now starts from the state the survivor published,
+      // whose log may begin with records the checkpoint already holds.
+      do {
+        let newcomer = try Database.open(at: "/s", options: Self.options(disk))
+        let s = try newcomer.snapshot()
+        try Self.check(s, acked: acked, "opened after the repair, killed after operation \(k)")
+        #expect(try s.get(b("survivor"), in: "b") == b("1"))
+        try newcomer.close()
+      } catch {
+        Issue.record("opened after the repair, killed after operation \(k): \(error)")
+      }
       try survivor.checkpoint()
       try survivor.close()
       // A later process, and one after a power cut, find the same.
