@@ -180,7 +180,7 @@ func settle<M>(_ observation: QueryObservation<M>, _ store: Store) async throws 
     let observations = try descriptors.map { try recs.observe($0) }
     let collected = observations.map { collect($0) }
 
-    let commits = runningUnderTSan ? 1_000 : 10_000
+    let commits = runningUnderTSan ? 400 : 10_000
     for n in 0..<commits {
       let id = Int(rng.next() % 400)
       switch rng.next() % 20 {
