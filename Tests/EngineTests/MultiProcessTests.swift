@@ -193,6 +193,35 @@ import Testing
     try db.close()
   }
 
+  @Test func enginectlReadsAConsistentSnapshotWhileAnotherProcessCommits() throws {
+    let folder = try Self.newStore()
+    // Commits without end, a checkpoint every 37 and a compaction every 151,
+    // so the files are swapped under enginectl too.
+    let writer = try Child(["commit", folder.path, "5", "100000000", "37", "151"])
+    #expect(writer.waitFor("ack 5 50"))
+    var lastKeys = 0
+    let rounds = runningUnderTSan ? 3 : 10
+    for round in 0..<rounds {
+      let verify = try EnginectlTests.run(["verify", folder.path])
+      #expect(verify.status == 0, "round \(round): \(verify.stdout) \(verify.stderr)")
+      let dump = try EnginectlTests.run(["dump", folder.path, "--json"])
+      #expect(dump.status == 0, "round \(round): \(dump.stderr)")
+      #expect(EnginectlTests.jsonObject(dump.stdout) != nil, "round \(round): the dump does not parse")
+      let stats = try EnginectlTests.run(["stats", folder.path, "--json"])
+      #expect(stats.status == 0, "round \(round): \(stats.stderr)")
+      let keyspaces = EnginectlTests.jsonObject(stats.stdout)?["keyspaces"] as? [[String: Any]]
+      let keys = keyspaces?.first { $0["name"] as? String == "data" }?["keys"] as? Int ?? -1
+      // Each run reads one snapshot, and the writer only adds keys.
+      #expect(keys >= lastKeys, "round \(round): \(keys) keys after \(lastKeys)")
+      lastKeys = keys
+    }
+    let acked = writer.lastAck
+    writer.kill()
+    #expect(!writer.lines.contains { $0.hasPrefix("violation") })
+    #expect(lastKeys > 0)
+    try Self.checkStore(folder.path, acked: ["5": acked])
+  }
+
   /// The locks /proc/locks shows held by process `pid`.
   static func locks(of pid: Int32) throws -> [String] {
     let text = try String(contentsOfFile: "/proc/locks", encoding: .utf8)

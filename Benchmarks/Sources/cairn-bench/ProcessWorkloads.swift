@@ -68,8 +68,10 @@ struct Processes: Workload {
     let observer = try ProcessChild(["proc-observe", folder, String(count)])
     try observer.waitFor("ready")
     let db = try Database.open(at: folder)
+    var called: [Double] = []
     var returned: [Double] = []
     for i in 0..<count {
+      called.append(now())
       try db.write { try $0.put(Array("visible-\(i)".utf8), [1], in: "kv") }
       returned.append(now())
       usleep(2_000)
@@ -78,13 +80,23 @@ struct Processes: Workload {
     let seen = try observer.waitFor("seen").split(separator: " ").dropFirst().compactMap { Double($0) }
     try observer.finish()
     guard seen.count == count else { throw BenchError("the observer saw \(seen.count) of \(count) commits") }
-    let latencies = zip(seen, returned).map { max(0, $0 - $1) }.sorted()
-    let p50 = latencies[latencies.count / 2]
-    let p99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+    // The observer often hears of a commit before the committing call has
+    // returned (the commit is published before `write` unwinds): those
+    // count as 0. From the call, the latency includes the commit's fsync.
+    func percentiles(_ from: [Double]) -> (p50: Double, p99: Double) {
+      let sorted = zip(seen, from).map { max(0, $0 - $1) }.sorted()
+      return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+    }
+    let afterReturn = percentiles(returned)
+    let afterCall = percentiles(called)
     out.add(
-      "visibility in another process, p50 (commit returns → observer fires)", .time, seconds: p50, ops: 1,
-      note: String(format: "p99 %.3f ms over %d commits", p99 * 1000, count))
-    out.add("visibility in another process, p99", .time, seconds: p99, ops: 1)
+      "visibility in another process, p50 (commit returns → observer fires)", .time, seconds: afterReturn.p50, ops: 1,
+      note: String(
+        format: "p99 %.3f ms over %d commits; 0 = heard before the call returned", afterReturn.p99 * 1000, count))
+    out.add("visibility in another process, p99", .time, seconds: afterReturn.p99, ops: 1)
+    out.add(
+      "visibility in another process, p50 (commit called → observer fires)", .time, seconds: afterCall.p50, ops: 1,
+      note: String(format: "p99 %.3f ms; includes the commit's fsync", afterCall.p99 * 1000))
   }
 }
 
