@@ -189,6 +189,7 @@ public final class Database: Sendable {
     follower.withLock { $0.wal.close() }
     hold.state.store.file.close()
     coordination?.close()
+    writeLock.close()
     if let failure { throw failure }
   }
 

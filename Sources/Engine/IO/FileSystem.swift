@@ -29,6 +29,11 @@ public protocol FileSystem: AnyObject, Sendable {
   ///
   /// - Throws: ``EngineError/Code/locked`` when another holder conflicts.
   func lock(_ path: String, exclusive: Bool) throws -> any FileLock
+  /// The file at `path` (created if missing), kept open to be locked and
+  /// unlocked many times: a writer taking the store's write lock for each
+  /// transaction does not reopen it each time. The default opens it anew
+  /// with ``lock(_:exclusive:)`` for every lock.
+  func lockFile(_ path: String) throws -> any LockFile
   /// The names (not paths) of the entries of a directory.
   func contentsOfDirectory(_ path: String) throws -> [String]
   /// Maps `size` bytes of the file at `path` into memory, shared: every
@@ -63,6 +68,8 @@ public struct FileIdentity: Hashable, Sendable {
 }
 
 extension FileSystem {
+  public func lockFile(_ path: String) throws -> any LockFile { ReopeningLockFile(fs: self, path: path) }
+
   /// A file system that cannot share memory gets a region private to this
   /// mapping: a store on it is shared by nothing, not even a second handle.
   public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
@@ -177,6 +184,41 @@ public protocol StorageFile: AnyObject, Sendable {
 public protocol FileLock: AnyObject, Sendable {
   /// Releases the lock.
   func unlock()
+}
+
+/// A file kept open for locking (``FileSystem/lockFile(_:)``). Called by
+/// one thread at a time.
+public protocol LockFile: AnyObject, Sendable {
+  /// Takes an exclusive advisory lock without waiting.
+  ///
+  /// - Throws: ``EngineError/Code/locked`` when another holder has it.
+  func lockExclusive() throws
+  /// Releases the lock, keeping the file open.
+  func unlock()
+  /// Releases the lock, if held, and closes the file.
+  func close()
+}
+
+/// The default ``LockFile``: each lock is a new ``FileSystem/lock(_:exclusive:)``.
+final class ReopeningLockFile: LockFile, @unchecked Sendable {
+  // Safe: `held` is guarded by `state`.
+  private let fs: any FileSystem
+  private let path: String
+  private let state = Locked<(any FileLock)?>(nil)
+
+  init(fs: any FileSystem, path: String) {
+    self.fs = fs
+    self.path = path
+  }
+
+  func lockExclusive() throws {
+    let held = try fs.lock(path, exclusive: true)
+    state.withLock { $0 = held }
+  }
+
+  func unlock() { state.withLock { h -> (any FileLock)? in defer { h = nil }; return h }?.unlock() }
+
+  func close() { unlock() }
 }
 
 /// Path helpers shared by the file systems (paths are plain `/`-separated strings).

@@ -72,6 +72,12 @@ public final class POSIXFileSystem: FileSystem {
     return POSIXFileLock(fd: fd)
   }
 
+  public func lockFile(_ path: String) throws -> any LockFile {
+    let fd = Glibc_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw posixError("open lock file", path: path) }
+    return POSIXLockFile(fd: fd, path: path)
+  }
+
   public func mapShared(_ path: String, size: Int, writable: Bool) throws -> any SharedRegion {
     let fd = Glibc_open(path, (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0o600)
     guard fd >= 0 else { throw posixError("open", path: path) }
@@ -170,6 +176,9 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
   // Written only by close(); reads and writes after close fail with EBADF,
   // which we report as `.closed`.
   private let state: Locked<Int32>
+  /// What `identity()` found: a descriptor's file never changes, and a
+  /// writer compares it with its path's at every write transaction.
+  private let knownIdentity = Locked<FileIdentity?>(nil)
 
   init(fd: Int32, path: String) {
     self.path = path
@@ -230,9 +239,12 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
 
   func identity() throws -> FileIdentity {
     let fd = try checkOpen()
+    if let known = knownIdentity.withLock({ $0 }) { return known }
     var st = stat()
     guard fstat(fd, &st) == 0 else { throw posixError("fstat", path: path) }
-    return FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    let identity = FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    knownIdentity.withLock { $0 = identity }
+    return identity
   }
 
   func truncate(to size: UInt64) throws {
@@ -275,6 +287,48 @@ final class POSIXFileLock: FileLock, @unchecked Sendable {
       _ = flock(fd, LOCK_UN)
       _ = Glibc_close(fd)
     }
+  }
+}
+
+/// A lock file kept open: `flock` and `flock(LOCK_UN)` on one descriptor.
+/// An open descriptor holds no lock; only `lockExclusive` takes one.
+final class POSIXLockFile: LockFile, @unchecked Sendable {
+  // Safe: `fd` is guarded by `state`.
+  private let state: Locked<Int32>
+  private let path: String
+
+  init(fd: Int32, path: String) {
+    state = Locked(fd)
+    self.path = path
+  }
+  deinit { close() }
+
+  func lockExclusive() throws {
+    try state.withLock { fd in
+      guard fd >= 0 else { throw EngineError(.closed, "the lock file is closed", path: path) }
+      while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        let code = errno
+        if code == EINTR { continue }
+        if code == EWOULDBLOCK {
+          throw EngineError(.locked, "the store is open in another process or handle", path: path)
+        }
+        throw posixError("flock", path: path, code: code)
+      }
+    }
+  }
+
+  func unlock() {
+    state.withLock { fd in
+      if fd >= 0 { _ = flock(fd, LOCK_UN) }
+    }
+  }
+
+  func close() {
+    let fd = state.withLock { fd -> Int32 in
+      defer { fd = -1 }
+      return fd
+    }
+    if fd >= 0 { _ = Glibc_close(fd) }
   }
 }
 

@@ -21,10 +21,13 @@ import Synchronization
 final class WriteLock: @unchecked Sendable {
   private let fs: any FileSystem
   let path: String
-  // Safe: `claims` and `held` are guarded by `lock`.
+  // Safe: `claims` and `file` are guarded by `lock`.
   private let lock = Lock()
   private var claims = 0
-  private var held: (any FileLock)?
+  /// The lock file, opened at the first claim and kept open (an open file
+  /// holds no lock): a commit costs a `flock` and a `flock(LOCK_UN)`, not
+  /// an open and a close as well.
+  private var file: (any LockFile)?
 
   init(fs: any FileSystem, path: String) {
     self.fs = fs
@@ -46,35 +49,48 @@ final class WriteLock: @unchecked Sendable {
       return true
     }
     if alreadyHeld { return false }
-    let file = try take(timeout: timeout)
-    lock.withLock {
-      claims = 1
-      held = file
+    let lockFile = try lock.withLock { () throws -> any LockFile in
+      if let file = self.file { return file }
+      let opened = try fs.lockFile(path)
+      self.file = opened
+      return opened
     }
+    try take(lockFile, timeout: timeout)
+    lock.withLock { claims = 1 }
     return true
   }
 
   /// Gives back one claim; the last one releases the file lock.
   func release() {
-    let file = lock.withLock { () -> (any FileLock)? in
+    let releasing = lock.withLock { () -> (any LockFile)? in
+      // Closed meanwhile: the lock went with the file.
+      guard let file = self.file else { return nil }
       precondition(claims > 0, "releasing a write lock that is not claimed")
       claims -= 1
-      guard claims == 0 else { return nil }
-      defer { held = nil }
-      return held
+      return claims == 0 ? file : nil
     }
-    file?.unlock()
+    releasing?.unlock()
+  }
+
+  /// Closes the lock file (releasing the lock if a claim still holds it).
+  func close() {
+    let closing = lock.withLock { () -> (any LockFile)? in
+      defer { file = nil }
+      claims = 0
+      return file
+    }
+    closing?.close()
   }
 
   /// Whether this process holds the file lock now.
   var isHeld: Bool { lock.withLock { claims > 0 } }
 
-  private func take(timeout: Double) throws -> any FileLock {
+  private func take(_ file: any LockFile, timeout: Double) throws {
     let deadline = monotonicSeconds() + timeout
     var pause = 20e-6
     while true {
       do {
-        return try fs.lock(path, exclusive: true)
+        return try file.lockExclusive()
       } catch let e as EngineError where e.code == .locked {
         let now = monotonicSeconds()
         guard now < deadline else {
