@@ -216,7 +216,11 @@ final class ReopeningLockFile: LockFile, @unchecked Sendable {
     state.withLock { $0 = held }
   }
 
-  func unlock() { state.withLock { h -> (any FileLock)? in defer { h = nil }; return h }?.unlock() }
+  func unlock() {
+    state.withLock { h -> (any FileLock)? in
+      defer { h = nil }; return h
+    }?.unlock()
+  }
 
   func close() { unlock() }
 }
