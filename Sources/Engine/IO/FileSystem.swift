@@ -217,9 +217,12 @@ final class ReopeningLockFile: LockFile, @unchecked Sendable {
   }
 
   func unlock() {
-    state.withLock { h -> (any FileLock)? in
-      defer { h = nil }; return h
-    }?.unlock()
+    let held = state.withLock { h -> (any FileLock)? in
+      let taken = h
+      h = nil
+      return taken
+    }
+    held?.unlock()
   }
 
   func close() { unlock() }
