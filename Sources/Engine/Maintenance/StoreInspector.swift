@@ -38,6 +38,11 @@ public final class StoreInspector {
   /// The WAL as published by other processes: its salt and where its
   /// committed records end; nil when no process published a state.
   let walBound: (salt: UInt64, end: UInt64)?
+  /// The WAL the published state names, opened with the data file: a
+  /// checkpoint may rename a newer one over the path meanwhile, and this one
+  /// stays readable. Nil when no process published a state (the WAL is then
+  /// read by its path).
+  private let wal: (any StorageFile)?
   /// Bytes of the data file past its published end (a checkpoint being
   /// written, or one a killed process left), when there was a published end.
   let unpublishedBytes: UInt64
@@ -80,22 +85,25 @@ public final class StoreInspector {
         data = file
         dataFileBytes = try file.size()
         walBound = nil
+        wal = nil
         unpublishedBytes = 0
         return
       }
       // The state must describe the files as opened: a checkpoint or a
       // compaction between reading it and opening them means read again.
       let size = try file.size()
-      let walSalt = try? fs.open(walPath, .readOnly).read(at: UInt64(HeaderLayout.salt), count: 8).littleEndian(
-        UInt64.self, at: 0)
+      let walFile = try? fs.open(walPath, .readOnly)
+      let walSalt = try? walFile?.read(at: UInt64(HeaderLayout.salt), count: 8).littleEndian(UInt64.self, at: 0)
       let commit = try? RecoveryPlan.readCommit(file, at: shared.checkpointOffset.rawValue)
       if size >= shared.dataFileEnd, walSalt == shared.walSalt, commit?.end == shared.dataFileEnd {
         data = file
         dataFileBytes = shared.dataFileEnd
         walBound = (shared.walSalt, shared.walEnd)
+        wal = walFile
         unpublishedBytes = size - shared.dataFileEnd
         return
       }
+      walFile?.close()
       file.close()
       attempts += 1
       sleepSeconds(0.001)
@@ -107,6 +115,7 @@ public final class StoreInspector {
   /// Releases the files.
   public func close() {
     data.close()
+    wal?.close()
   }
 
   // MARK: The block walk
@@ -191,12 +200,17 @@ public final class StoreInspector {
   }
 
   func readWAL() throws -> ([UInt8], WALHeader) {
-    guard fs.exists(walPath) else {
-      throw EngineError(.corrupted, "the write-ahead log is missing", path: walPath, rule: .f14)
+    var bytes: [UInt8]
+    if let wal {
+      bytes = try RecoveryPlan.dataOf(wal)
+    } else {
+      guard fs.exists(walPath) else {
+        throw EngineError(.corrupted, "the write-ahead log is missing", path: walPath, rule: .f14)
+      }
+      let file = try fs.open(walPath, .readOnly)
+      defer { file.close() }
+      bytes = try RecoveryPlan.dataOf(file)
     }
-    let file = try fs.open(walPath, .readOnly)
-    defer { file.close() }
-    var bytes = try RecoveryPlan.dataOf(file)
     let header = try WALHeader.decode(bytes, path: walPath)
     if let walBound, walBound.salt == header.salt, UInt64(bytes.count) > walBound.end {
       // Past the published end: a commit being written now.
