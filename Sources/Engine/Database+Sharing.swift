@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// How a process learns of another's commits: the writer publishes each
 /// commit in the coordination file (``Coordination``) once it is durable,
-/// and writes one byte to it to wake watchers. Every snapshot compares the
+/// and, when some process is watching for commits, writes to it to wake
+/// the watchers. Every snapshot compares the
 /// file's publication word with the one this process last followed — one
 /// atomic load from shared memory — and when it moved, reads the new
 /// records from the WAL and applies them to this process's trees
@@ -55,11 +56,24 @@ extension Database {
     let fresh = try writeLock.claim(timeout: timeout)
     let claim = WriteClaim(writeLock)
     if fresh {
-      do {
-        try takeOver(holding: hold)
-      } catch {
-        claim.release()
-        throw error
+      // No other process took the lock since this one last did (the count
+      // is where this process left it, and nothing was published since it
+      // followed): the files are as it left them, and there is nothing to
+      // catch up with or repair. A process that writes alone pays no stat
+      // calls per transaction.
+      let before = coordination?.countLockTake()
+      let untouched =
+        before != nil && before == hold.state.lockTake
+        && coordination?.current == syncedWord.load(ordering: .acquiring)
+        && coordination?.isValid(storeID: storeID, boot: boot) == true
+      hold.state.lockTake = before.map { $0 &+ 1 }
+      if !untouched {
+        do {
+          try takeOver(holding: hold)
+        } catch {
+          claim.release()
+          throw error
+        }
       }
     }
     return claim
@@ -396,7 +410,7 @@ extension Database {
     guard let coordination else { return }
     watcher.withLock { w in
       guard w == nil, let watch = try? fs.watch(coordination.path) else { return }
-      w = CommitWatcher(database: self, watch: watch)
+      w = CommitWatcher(database: self, coordination: coordination, watch: watch)
     }
   }
 
@@ -415,9 +429,16 @@ extension Database {
 final class CommitWatcher: Sendable {
   private let stopped = Locked(false)
   private let watch: any FileWatcher
+  /// Where it is counted as a watcher (FORMAT.md §10.2), so writers wake
+  /// it; nil if it could not be.
+  private let counted: Coordination?
 
-  init(database: Database, watch: any FileWatcher) {
+  /// Starts watching. `watch` is already registered, so counting the
+  /// watcher now means every publication after this is either seen by the
+  /// first check of `current` or followed by a write that wakes `watch`.
+  init(database: Database, coordination: Coordination, watch: any FileWatcher) {
     self.watch = watch
+    counted = coordination.addWatcher() ? coordination : nil
     // A queue of its own: the block runs for as long as the watch does.
     DispatchQueue(label: "cairn.watch").async { [weak database, stopped, watch] in
       defer { watch.close() }
@@ -430,5 +451,13 @@ final class CommitWatcher: Sendable {
     }
   }
 
-  func stop() { stopped.withLock { $0 = true } }
+  /// Stops the thread and uncounts the watcher. Called before the
+  /// database closes its coordination file.
+  func stop() {
+    let wasRunning = stopped.withLock { s -> Bool in
+      defer { s = true }
+      return !s
+    }
+    if wasRunning { counted?.removeWatcher() }
+  }
 }

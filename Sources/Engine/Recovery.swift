@@ -81,6 +81,9 @@ enum Recovery {
       do {
         _ = try writeLock.claim(timeout: options.busyTimeout)
         defer { writeLock.release() }
+        // Counted like every take, so the last writer before this recovery
+        // knows another process held the lock since (FORMAT.md §10.5).
+        _ = coordination?.countLockTake()
         // Another process may have recovered and published meanwhile.
         if let shared = try opening.fromSharedState() { return shared }
         db = try opening.fromFiles(publishing: true)

@@ -13,6 +13,9 @@ struct WriterState {
   var store: NodeStore
   /// How many compactions replaced the data file (SharedState.dataGeneration).
   var dataGeneration: UInt64
+  /// The coordination file's lock-take count as this process's last take
+  /// of the write lock left it; nil before its first.
+  var lockTake: UInt64? = nil
 }
 
 /// Admits one writer at a time — a write transaction, a checkpoint, a

@@ -152,6 +152,46 @@ import Testing
     }
   }
 
+  @Test func writersWakeWatchersOnlyWhileSomeoneWatches() async throws {
+    let recording = RecordingFileSystem(MemoryFileSystem())
+    /// Writes to cairn.shm so far: the wake-ups (stores to the mapping are not file writes).
+    func wakeUps() -> Int {
+      let ops = recording.operations
+      var shm = Set<Int>()
+      var count = 0
+      for op in ops {
+        switch op {
+        case .open(let id, let path, _) where path.hasSuffix("/" + StoreFiles.shm): shm.insert(id)
+        case .write(let id, _, _) where shm.contains(id): count += 1
+        default: break
+        }
+      }
+      return count
+    }
+    let writer = try Database.open(at: "/s", options: Self.options(recording))
+    try writer.write { try $0.put(b("first"), b("v"), in: "ks") }
+    let quiet = wakeUps()
+    for i in 1...5 { try writer.write { try $0.put(key(i), b("v"), in: "ks") } }
+    #expect(wakeUps() == quiet, "nobody watches, yet commits wrote to cairn.shm")
+
+    let other = try Database.open(at: "/s", options: Self.options(recording))
+    let stream = try other.subscribe(bufferLimit: 1_000)
+    for i in 6...10 { try writer.write { try $0.put(key(i), b("v"), in: "ks") } }
+    #expect(wakeUps() >= quiet + 5, "a handle watches: every commit wakes it")
+    var last = stream.start.sequence
+    while last < writer.lastCommittedSequence {
+      guard let event = await stream.next() else { break }
+      last = event.sequence
+    }
+    #expect(last == writer.lastCommittedSequence)
+
+    try other.close()
+    let afterClose = wakeUps()
+    for i in 11...15 { try writer.write { try $0.put(key(i), b("v"), in: "ks") } }
+    #expect(wakeUps() == afterClose, "the watcher closed, yet commits still wake it")
+    try writer.close()
+  }
+
   @Test func subscribersSeeTheOtherHandlesCommitsOnceInOrderWithTheirWriteSets() async throws {
     let disk = MemoryFileSystem()
     let writer = try Database.open(at: "/s", options: Self.options(disk))

@@ -27,4 +27,10 @@ static inline void cairn_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_AC
 
 static inline void cairn_fence_release(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
 
+static inline void cairn_fence_seq_cst(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+static inline uint64_t cairn_fetch_add(void *p, uint64_t v) {
+  return __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_SEQ_CST);
+}
+
 #endif
