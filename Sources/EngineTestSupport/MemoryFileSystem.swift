@@ -59,7 +59,7 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
   private var locks: [String: (exclusive: Bool, holders: Int)] = [:]
   /// Shared mappings by path: every handle that maps a path gets one region.
   /// Never durable: a power-loss image starts without them, like a reboot.
-  private var regions: [String: MemoryRegion] = [:]
+  private var regions: [String: PrivateRegion] = [:]
   /// Watchers by path, woken by writes to the path.
   private var watchers: [String: [MemoryWatcher]] = [:]
   /// This "boot": a power-loss image is a new one.
@@ -180,14 +180,14 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
       guard writable else { throw EngineError(.io, "open failed: no such file", path: path) }
       _ = try open(path, .create)
     }
-    return try lock.withLock { () throws -> MemoryRegion in
+    return try lock.withLock { () throws -> PrivateRegion in
       if let region = regions[path] {
         guard region.size >= size else {
           throw EngineError(.io, "mapped as \(region.size) bytes, asked for \(size)", path: path)
         }
         return region
       }
-      let region = MemoryRegion(size: size)
+      let region = PrivateRegion(size: size)
       regions[path] = region
       return region
     }
@@ -531,23 +531,6 @@ final class MemoryFileLock: FileLock, @unchecked Sendable {
     }
     if !wasReleased { fs.releaseLock(path) }
   }
-}
-
-/// A shared region of a ``MemoryFileSystem``: one per path, for every handle.
-final class MemoryRegion: SharedRegion, @unchecked Sendable {
-  // Safe: allocated once and freed in deinit; reached only through atomic
-  // operations by the engine.
-  let base: UnsafeMutableRawPointer
-  let size: Int
-  let isWritable = true
-
-  init(size: Int) {
-    self.size = size
-    base = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 4096)
-    base.initializeMemory(as: UInt8.self, repeating: 0, count: size)
-  }
-
-  deinit { base.deallocate() }
 }
 
 /// A watcher of a ``MemoryFileSystem`` path, woken by writes to it.

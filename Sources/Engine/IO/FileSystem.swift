@@ -108,15 +108,17 @@ public protocol FileWatcher: AnyObject, Sendable {
   func close()
 }
 
-/// Memory of this process only, for file systems that cannot map files.
-final class PrivateRegion: SharedRegion, @unchecked Sendable {
+/// Memory of this process only, zeroed, for file systems that cannot map
+/// files; `MemoryFileSystem` keeps one per path for all its handles.
+public final class PrivateRegion: SharedRegion, @unchecked Sendable {
   // Safe: allocated once, zeroed, freed in deinit; callers reach it only
   // through the atomic operations of Coordination.
-  let base: UnsafeMutableRawPointer
-  let size: Int
-  let isWritable = true
+  public let base: UnsafeMutableRawPointer
+  public let size: Int
+  public let isWritable = true
 
-  init(size: Int) {
+  /// Allocates `size` zeroed bytes, page-aligned.
+  public init(size: Int) {
     self.size = size
     base = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 4096)
     base.initializeMemory(as: UInt8.self, repeating: 0, count: size)

@@ -157,7 +157,7 @@ final class Coordination: @unchecked Sendable {
   /// where its own last take left it knows no other process has held the
   /// lock since: the files are as it left them (FORMAT.md §10.5).
   func countLockTake() -> UInt64? {
-    guard notifyFile != nil else { return nil }
+    guard region.isWritable else { return nil }
     let before = word(CoordinationLayout.lockTakes)
     cairn_store_relaxed(region.base + CoordinationLayout.lockTakes, before &+ 1)
     return before
@@ -170,7 +170,7 @@ final class Coordination: @unchecked Sendable {
   /// Returns false where the region is mapped read-only (a read-only
   /// disk): that watcher is not counted, and relies on its 10 ms checks.
   func addWatcher() -> Bool {
-    guard notifyFile != nil else { return false }
+    guard region.isWritable else { return false }
     _ = cairn_fetch_add(region.base + CoordinationLayout.watchers, 1)
     return true
   }
