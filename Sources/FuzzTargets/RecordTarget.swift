@@ -8,9 +8,14 @@
 // decoded need not be canonical themselves: a string that is not NFC, or a
 // NaN with other bits, decodes and is written canonically.)
 //
+// Shapes 8 and up test predicates on the bytes (RecordPredicate.swift):
+// whatever the bytes, the byte-level test must not crash, and where it
+// gives a verdict and the record decodes, evaluating the predicate on the
+// decoded model must agree.
+//
 // Input: shape u8, then the bytes to decode.
 import Foundation
-import Repo
+@_spi(Fuzzing) import Repo
 
 public enum RecordTarget: FuzzTarget {
   public static let name = "record"
@@ -73,6 +78,10 @@ public enum RecordTarget: FuzzTarget {
   public static func run(_ input: [UInt8]) {
     guard let shape = input.first else { return }
     let bytes = Array(input.dropFirst())
+    if shape >= 8 {
+      predicates(shape, bytes)
+      return
+    }
     switch shape % 8 {
     case 0: roundTripRecord(Flat.self, bytes)
     case 1: roundTripRecord(Nested.self, bytes)
@@ -85,6 +94,53 @@ public enum RecordTarget: FuzzTarget {
       roundTripKey(UUID.self, bytes)
       roundTripKey(Double.self, bytes)
       roundTripKey(Date?.self, bytes)
+    }
+  }
+
+  /// Predicates over the flat and nested shapes, with the seeds' values as
+  /// constants so that matches happen.
+  static let flatPredicates: [Predicate<Flat>] = {
+    let date = Date(timeIntervalSinceReferenceDate: 700_000_000.25)
+    let uuid = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F") ?? UUID()
+    let name = "Ada"
+    let small: Int8 = -3
+    let big = UInt64.max
+    let ratio: Float = 0.25
+    return [
+      #Predicate { $0.id > -42 && $0.name == name },
+      #Predicate { $0.name.localizedStandardContains("AD") || $0.score <= 3.5 },
+      #Predicate { !$0.done || $0.when < date },
+      #Predicate { $0.uuid == uuid && $0.small >= small },
+      #Predicate { $0.big != big || $0.ratio > ratio },
+      #Predicate { $0.name.contains("d") && $0.score >= -1.5 && $0.id != 0 },
+    ]
+  }()
+
+  static let nestedPredicates: [Predicate<Nested>] = {
+    let done = Status.done
+    let high = Priority.high
+    return [
+      #Predicate { $0.title == nil || $0.address.zip == 12345 },
+      #Predicate { ($0.title ?? "").localizedStandardContains("CAFE") },
+      #Predicate { $0.status == done && $0.priority == high },
+      #Predicate { $0.address.street.contains("Ma") || $0.address.zip != nil },
+      #Predicate { $0.address.zip != nil && $0.address.zip! > 100 },
+    ]
+  }()
+
+  static func predicates(_ shape: UInt8, _ bytes: [UInt8]) {
+    let pick = Int(shape >> 1)
+    if shape & 1 == 0 {
+      agree(flatPredicates[pick % flatPredicates.count], bytes)
+    } else {
+      agree(nestedPredicates[pick % nestedPredicates.count], bytes)
+    }
+  }
+
+  static func agree<M: Decodable>(_ predicate: Predicate<M>, _ bytes: [UInt8]) {
+    let (onBytes, decoded) = BytePredicateCheck.verdicts(predicate, bytes)
+    if let onBytes, let decoded {
+      check(onBytes == decoded, "the byte-level test says \(onBytes), evaluation \(decoded): \(predicate.expression)")
     }
   }
 
@@ -131,5 +187,7 @@ public enum RecordTarget: FuzzTarget {
       ("struct-key", [6] + (try KeyEncoding.encode(pair))),
       ("uuid-key", [7] + (try KeyEncoding.encode(uuid))),
     ]
+      + (try (0..<6).map { i in ("flat-predicate-\(i)", [UInt8(8 + 2 * i)] + (try RecordCoding.encode(flat))) })
+      + (try (0..<5).map { i in ("nested-predicate-\(i)", [UInt8(9 + 2 * i)] + (try RecordCoding.encode(nested))) })
   }
 }

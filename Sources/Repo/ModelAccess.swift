@@ -30,14 +30,22 @@ where M.ID: Codable & Hashable & Sendable {
     try bytes.withUnsafeBytes { try decode($0, key: key) }
   }
 
-  func decode(_ bytes: UnsafeRawBufferPointer, key: [UInt8]) throws -> M {
+  func decode(_ bytes: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> M {
+    try decode(bytes, key: { Array(key) })
+  }
+
+  func decode(_ bytes: UnsafeRawBufferPointer, key: [UInt8]) throws -> M { try decode(bytes, key: { key }) }
+
+  /// Decodes a record; `key` is asked for only to name it in an error.
+  func decode(_ bytes: UnsafeRawBufferPointer, key: () -> [UInt8]) throws -> M {
+    space.counters.recordsDecoded.add(1, ordering: .relaxed)
     do {
       return try RecordDecoder.decode(M.self, from: bytes)
     } catch let e as DecodingError {
       let (path, detail) = Self.describe(e)
       throw RepoError(
         .decoding, "the stored record no longer decodes as \(space.name): \(detail)", model: space.name,
-        id: Self.describeKey(key), field: path)
+        id: Self.describeKey(key()), field: path)
     }
   }
 
@@ -114,35 +122,50 @@ where M.ID: Codable & Hashable & Sendable {
   func count(_ reader: some KeyValueReader) throws -> Int { Int(try reader.count(in: space.records)) }
 
   /// The records a plan reads, in its order, with their keys, calling
-  /// `body` until it returns false. Records are lent in place (valid only
-  /// inside `visit`), straight from the engine's nodes: no copy.
+  /// `visit` until it returns false. Keys and records are lent in place
+  /// (valid only inside `visit`), straight from the engine's nodes: a
+  /// record the filter rejects costs no copy.
   func scan(
     _ plan: Plan<M>, _ reader: some KeyValueReader,
-    _ visit: (_ key: [UInt8], _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool
+    _ visit: (_ key: UnsafeRawBufferPointer, _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool
   ) throws {
-    func body(_ key: [UInt8], _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool {
-      space.counters.recordsRead.add(1, ordering: .relaxed)
-      return try visit(key, record, indexKey)
-    }
+    let counters = space.counters
     switch plan.access {
     case .id(let k):
-      _ = try reader.visitValue(for: k, in: space.records) { _ = try body(k, $0, nil) }
+      _ = try reader.visitValue(for: k, in: space.records) { v in
+        counters.recordsRead.add(1, ordering: .relaxed)
+        _ = try k.withUnsafeBytes { try visit($0, v, nil) }
+      }
     case .records(let range, let reverse):
       let c = try reader.cursor(in: space.records, range: range)
+      var read = 0
+      defer { counters.recordsRead.add(read, ordering: .relaxed) }
       if reverse {
         try c.seekToLast()
         while let e = try c.previous() {
-          guard try e.value.withUnsafeBytes({ try body(e.key, $0, nil) }) else { return }
+          read += 1
+          guard try e.key.withUnsafeBytes({ k in try e.value.withUnsafeBytes { try visit(k, $0, nil) } }) else {
+            return
+          }
         }
       } else {
-        while let more = try c.next({ k, v in try body(Array(k), v, nil) }) { guard more else { return } }
+        while let more = try c.next({ k, v in
+          read += 1
+          return try visit(k, v, nil)
+        }) {
+          guard more else { return }
+        }
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
-      func visit(_ indexKey: [UInt8], _ id: [UInt8]) throws -> Bool {
+      func entry(_ indexKey: [UInt8], _ id: [UInt8]) throws -> Bool {
         // Every index entry's value is its record's key.
         var more = true
-        guard try reader.visitValue(for: id, in: space.records, { more = try body(id, $0, indexKey) }) else {
+        let found = try reader.visitValue(for: id, in: space.records) { v in
+          counters.recordsRead.add(1, ordering: .relaxed)
+          more = try id.withUnsafeBytes { try visit($0, v, indexKey) }
+        }
+        guard found else {
           throw RepoError(
             .decoding, "index \(i.index.name) names a record that does not exist", model: space.name,
             id: Self.describeKey(id))
@@ -151,9 +174,9 @@ where M.ID: Codable & Hashable & Sendable {
       }
       if reverse {
         try c.seekToLast()
-        while let e = try c.previous() { guard try visit(e.key, e.value) else { return } }
+        while let e = try c.previous() { guard try entry(e.key, e.value) else { return } }
       } else {
-        while let e = try c.next({ k, v in (Array(k), Array(v)) }) { guard try visit(e.0, e.1) else { return } }
+        while let e = try c.next({ k, v in (Array(k), Array(v)) }) { guard try entry(e.0, e.1) else { return } }
       }
     }
   }
@@ -164,6 +187,46 @@ where M.ID: Codable & Hashable & Sendable {
     { keyspace, range in (try? reader.count(in: keyspace, range: range)).map { Double($0) } }
   }
 
+  /// The filter for a query: the predicate compiled, to a byte-level test
+  /// where it can be (records sampled from `reader` if a proof needs enum
+  /// values).
+  func filter(_ predicate: Predicate<M>?, exact: Bool, _ reader: some KeyValueReader) -> CompiledPredicate<M> {
+    CompiledPredicate(
+      predicate, exact: exact, bytes: space.counters.byteFilters.load(ordering: .relaxed),
+      samples: { self.samples(reader) })
+  }
+
+  /// A few stored records, decoded, for the values of their enums.
+  func samples(_ reader: some KeyValueReader) -> [Any] {
+    guard let cursor = try? reader.cursor(in: space.records, range: .all) else { return [] }
+    var values: [Any] = []
+    for _ in 0..<16 {
+      guard let e = try? cursor.next(), let m = try? decode(e.value, key: e.key) else { break }
+      collectEnumValues(m, into: &values)
+    }
+    return values
+  }
+
+  /// The record if it matches: tested on its bytes when the filter can,
+  /// decoded only if it matches (or if the bytes cannot say).
+  @inline(__always)
+  func match(_ matches: CompiledPredicate<M>, _ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws
+    -> M?
+  {
+    if let verdict = matches.onBytes?(bytes) { return verdict ? try decode(bytes, key: key) : nil }
+    let m = try decode(bytes, key: key)
+    return try matches(m) ? m : nil
+  }
+
+  /// Whether the record matches, decoding it only if its bytes cannot say.
+  @inline(__always)
+  func isMatch(_ matches: CompiledPredicate<M>, _ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer)
+    throws -> Bool
+  {
+    if let verdict = matches.onBytes?(bytes) { return verdict }
+    return try matches(try decode(bytes, key: key))
+  }
+
   /// Runs a fetch: the plan, the predicate on every candidate, the sort
   /// (a bounded top-k when there is a limit), the window.
   func fetch(_ d: FetchDescriptor<M>, _ reader: some KeyValueReader, built: Set<String>) throws -> [M] {
@@ -171,17 +234,17 @@ where M.ID: Codable & Hashable & Sendable {
     let offset = max(0, d.fetchOffset ?? 0)
     let limit = d.fetchLimit.map { max(0, $0) }
     if limit == 0 { return [] }
-    let matches = CompiledPredicate(d.predicate, exact: plan.exact)
+    let matches = filter(d.predicate, exact: plan.exact, reader)
     if plan.ordered || d.sortBy.isEmpty {
       var out: [M] = []
       var skipped = 0
       try scan(plan, reader) { key, bytes, _ in
-        let m = try decode(bytes, key: key)
-        guard try matches(m) else { return true }
+        // Records skipped by the offset are tested, never decoded.
         if skipped < offset {
-          skipped += 1
+          if try isMatch(matches, key, bytes) { skipped += 1 }
           return true
         }
+        guard let m = try match(matches, key, bytes) else { return true }
         out.append(m)
         return limit.map { out.count < $0 } ?? true
       }
@@ -191,16 +254,14 @@ where M.ID: Codable & Hashable & Sendable {
     if let limit {
       var top = TopK<M>(capacity: offset + limit, less: comparator.less)
       try scan(plan, reader) { key, bytes, _ in
-        let m = try decode(bytes, key: key)
-        if try matches(m) { top.insert((m, key)) }
+        if let m = try match(matches, key, bytes) { top.insert((m, Array(key))) }
         return true
       }
       return Array(top.sorted().dropFirst(offset))
     }
     var all: [(M, [UInt8])] = []
     try scan(plan, reader) { key, bytes, _ in
-      let m = try decode(bytes, key: key)
-      if try matches(m) { all.append((m, key)) }
+      if let m = try match(matches, key, bytes) { all.append((m, Array(key))) }
       return true
     }
     return Array(comparator.sort(all).dropFirst(offset))
@@ -218,10 +279,10 @@ where M.ID: Codable & Hashable & Sendable {
       case .index(let i, let r, _): return Int(try reader.count(in: i.keyspace, range: r))
       }
     }
-    let matches = CompiledPredicate(predicate)
+    let matches = filter(predicate, exact: false, reader)
     var n = 0
     try scan(plan, reader) { key, bytes, _ in
-      if try matches(try decode(bytes, key: key)) { n += 1 }
+      if try isMatch(matches, key, bytes) { n += 1 }
       return true
     }
     return n
@@ -325,19 +386,19 @@ where M.ID: Codable & Hashable & Sendable {
       }
     }
 
-    let matches = CompiledPredicate(predicate, exact: plan.exact)
+    let matches = filter(predicate, exact: plan.exact, tx)
     // Collect first: deleting while a cursor reads would not be seen by it
     // anyway (it reads a frozen view), but the spans must be known whole.
     var victims: [(key: [UInt8], model: M)] = []
     var spans: [(first: [UInt8], last: [UInt8])] = []
     var open = false
     try scan(plan, tx) { key, bytes, indexKey in
-      let m = try decode(bytes, key: key)
-      if try matches(m) {
-        let scanned = indexKey ?? key
+      if let m = try match(matches, key, bytes) {
+        let k = Array(key)
+        let scanned = indexKey ?? k
         if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
         open = true
-        victims.append((key, m))
+        victims.append((k, m))
       } else {
         open = false
       }
@@ -366,11 +427,10 @@ where M.ID: Codable & Hashable & Sendable {
     matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>, _ change: (inout M) throws -> Void
   ) throws -> Int {
     let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
-    let matches = CompiledPredicate(predicate, exact: plan.exact)
+    let matches = filter(predicate, exact: plan.exact, tx)
     var selected: [(key: [UInt8], model: M)] = []
     try scan(plan, tx) { key, bytes, _ in
-      let m = try decode(bytes, key: key)
-      if try matches(m) { selected.append((key, m)) }
+      if let m = try match(matches, key, bytes) { selected.append((Array(key), m)) }
       return true
     }
     for (k, old) in selected {
@@ -382,6 +442,24 @@ where M.ID: Codable & Hashable & Sendable {
       try write(new, key: k, old: old, tx)
     }
     return selected.count
+  }
+}
+
+/// The values of enums with raw values in `value`, its stored properties
+/// and theirs (a few levels down, a few elements of each collection).
+func collectEnumValues(_ value: Any, into values: inout [Any], depth: Int = 0) {
+  guard depth < 6 else { return }
+  // (Before the cast below: `is` looks through optionals.)
+  if let o = value as? any AnyOptional {
+    if let w = o.anyWrapped { collectEnumValues(w, into: &values, depth: depth + 1) }
+    return
+  }
+  if value is any RawRepresentable {
+    values.append(value)
+    return
+  }
+  for (i, child) in Mirror(reflecting: value).children.enumerated() where i < 64 {
+    collectEnumValues(child.value, into: &values, depth: depth + 1)
   }
 }
 

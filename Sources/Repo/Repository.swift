@@ -224,6 +224,8 @@ where Model.ID: Codable & Hashable & Sendable {
   }
   /// How `descriptor` would run.
   public func explain(_ descriptor: FetchDescriptor<Model>) throws -> String {
-    Planner.plan(descriptor, space: access.space, built: try built(), count: access.counter(snapshot)).description
+    var plan = Planner.plan(descriptor, space: access.space, built: try built(), count: access.counter(snapshot))
+    plan.filter = access.filter(descriptor.predicate, exact: plan.exact, snapshot).how
+    return plan.description
   }
 }

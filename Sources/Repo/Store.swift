@@ -6,6 +6,11 @@ import Synchronization
 /// The repository layer's counters.
 final class RepoCounters: Sendable {
   let recordsRead = Atomic<Int>(0)
+  /// Records decoded through the model's `init(from:)`.
+  let recordsDecoded = Atomic<Int>(0)
+  /// Whether predicates are tested on record bytes (tests turn it off to
+  /// compare both paths on one store).
+  let byteFilters = Atomic<Bool>(byteTestsEnabled)
 }
 
 /// A store of models: an Engine database with typed repositories over it.
@@ -54,6 +59,18 @@ public final class Store: Sendable {
   /// Records read by queries since the store was opened (each record a
   /// query decoded once counts once), for tests and profiling.
   public var recordsRead: Int { counters.recordsRead.load(ordering: .relaxed) }
+
+  /// Records decoded into models since the store was opened: what a byte-level
+  /// filter saves shows here (records a query tested but did not decode are
+  /// in ``recordsRead`` only).
+  public var recordsDecoded: Int { counters.recordsDecoded.load(ordering: .relaxed) }
+
+  /// Whether queries test predicates on record bytes where they can (on by
+  /// default; off means every record a query reads is decoded first).
+  var byteFilters: Bool {
+    get { counters.byteFilters.load(ordering: .relaxed) }
+    set { counters.byteFilters.store(newValue, ordering: .relaxed) }
+  }
 
   /// Closes the database.
   public func close() throws { try database.close() }

@@ -118,7 +118,9 @@ where Model.ID: Codable & Hashable & Sendable {
     for range in c.deletedRanges where lastKeys.contains(where: range.contains) { return true }
     for k in c.changedKeys {
       if lastKeys.contains(k) { return true }
-      let selected = try e.after.withValue(for: k, in: records) { try matches(try access.decode($0, key: k)) }
+      let selected = try e.after.withValue(for: k, in: records) { v in
+        try k.withUnsafeBytes { try access.isMatch(matches, $0, v) }
+      }
       if selected == true { return true }
     }
     return false

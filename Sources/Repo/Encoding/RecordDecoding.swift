@@ -24,155 +24,38 @@ final class RecordDecoder {
     return try d.decodeValue(type, at: 1, codingPath: [])
   }
 
-  func corrupt(_ what: String, _ path: [any CodingKey]) -> DecodingError {
-    .dataCorrupted(DecodingError.Context(codingPath: path, debugDescription: what))
-  }
-
+  // The primitive reads, over the same bytes (see RecordBytes).
+  var raw: RecordBytes { RecordBytes(bytes) }
+  func corrupt(_ what: String, _ path: [any CodingKey]) -> DecodingError { raw.corrupt(what, path) }
   func mismatch(_ type: Any.Type, _ tag: UInt8, _ path: [any CodingKey]) -> DecodingError {
-    let found = RecordTag(rawValue: tag).map { "\($0)" } ?? "tag \(tag)"
-    return .typeMismatch(
-      type, DecodingError.Context(codingPath: path, debugDescription: "expected \(type), found \(found)"))
+    raw.mismatch(type, tag, path)
   }
-
-  // MARK: Primitive reads
-
   @inline(__always) func tag(at offset: Int, _ path: [any CodingKey]) throws -> UInt8 {
-    guard offset < bytes.count else { throw corrupt("record ends before a value", path) }
-    return bytes[offset]
+    try raw.tag(at: offset, path)
   }
-
-  func varint(at offset: inout Int, _ path: [any CodingKey]) throws -> UInt64 {
-    var result: UInt64 = 0
-    var shift: UInt64 = 0
-    while true {
-      guard offset < bytes.count, shift < 64 else { throw corrupt("bad varint", path) }
-      let b = bytes[offset]
-      offset += 1
-      result |= UInt64(b & 0x7F) << shift
-      if b < 0x80 { return result }
-      shift += 7
-    }
+  @inline(__always) func varint(at offset: inout Int, _ path: [any CodingKey]) throws -> UInt64 {
+    try raw.varint(at: &offset, path)
   }
-
-  func fixed<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
-    guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else {
-      throw corrupt("record ends inside a value", path)
-    }
-    return T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+  @inline(__always)
+  func fixed<T: FixedWidthInteger>(_ t: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    try raw.fixed(t, at: offset, path)
   }
-
-  /// A length-prefixed run of bytes at `offset`; returns its range and moves past it.
-  func run(at offset: inout Int, _ path: [any CodingKey]) throws -> Range<Int> {
-    let n = try varint(at: &offset, path)
-    guard n <= UInt64(bytes.count - offset) else { throw corrupt("a length runs past the record", path) }
-    let range = offset..<(offset + Int(n))
-    offset += Int(n)
-    return range
+  @inline(__always) func run(at offset: inout Int, _ path: [any CodingKey]) throws -> Range<Int> {
+    try raw.run(at: &offset, path)
   }
-
-  /// The offset just past the value at `offset`.
-  func skip(at start: Int, _ path: [any CodingKey], depth: Int = 0) throws -> Int {
-    guard depth < 64 else { throw corrupt("values nested too deep", path) }
-    var offset = start + 1
-    switch RecordTag(rawValue: try tag(at: start, path)) {
-    case .null, .false, .true: return offset
-    case .int, .uint:
-      _ = try varint(at: &offset, path)
-      return offset
-    case .double, .date:
-      _ = try fixed(UInt64.self, at: offset, path)
-      return offset + 8
-    case .float:
-      _ = try fixed(UInt32.self, at: offset, path)
-      return offset + 4
-    case .uuid:
-      guard offset + 16 <= bytes.count else { throw corrupt("record ends inside a UUID", path) }
-      return offset + 16
-    case .string, .data:
-      _ = try run(at: &offset, path)
-      return offset
-    case .keyed:
-      let count = Int(try fixed(UInt32.self, at: offset, path))
-      offset += 4
-      for _ in 0..<count {
-        _ = try run(at: &offset, path)
-        offset = try skip(at: offset, path, depth: depth + 1)
-      }
-      return offset
-    case .unkeyed:
-      let count = Int(try fixed(UInt32.self, at: offset, path))
-      offset += 4
-      for _ in 0..<count { offset = try skip(at: offset, path, depth: depth + 1) }
-      return offset
-    case nil:
-      throw corrupt("unknown tag \(bytes[start])", path)
-    }
+  func skip(at start: Int, _ path: [any CodingKey]) throws -> Int { try raw.skip(at: start, path) }
+  @inline(__always)
+  func integer<T: FixedWidthInteger>(_ t: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    try raw.integer(t, at: offset, path)
   }
-
-  func int64(at offset: Int, _ path: [any CodingKey]) throws -> Int64 {
-    var o = offset + 1
-    switch try tag(at: offset, path) {
-    case RecordTag.int.rawValue:
-      let z = try varint(at: &o, path)
-      return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
-    case RecordTag.uint.rawValue:
-      let v = try varint(at: &o, path)
-      guard v <= UInt64(Int64.max) else { throw mismatch(Int64.self, bytes[offset], path) }
-      return Int64(v)
-    case let t: throw mismatch(Int64.self, t, path)
-    }
+  @inline(__always) func double(at offset: Int, _ path: [any CodingKey]) throws -> Double {
+    try raw.double(at: offset, path)
   }
-
-  func uint64(at offset: Int, _ path: [any CodingKey]) throws -> UInt64 {
-    var o = offset + 1
-    switch try tag(at: offset, path) {
-    case RecordTag.uint.rawValue: return try varint(at: &o, path)
-    case RecordTag.int.rawValue:
-      let v = try int64(at: offset, path)
-      guard v >= 0 else { throw mismatch(UInt64.self, bytes[offset], path) }
-      return UInt64(v)
-    case let t: throw mismatch(UInt64.self, t, path)
-    }
+  @inline(__always) func string(at offset: Int, _ path: [any CodingKey]) throws -> String {
+    try raw.string(at: offset, path)
   }
-
-  func integer<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
-    if T.isSigned {
-      guard let v = T(exactly: try int64(at: offset, path)) else {
-        throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
-      }
-      return v
-    }
-    guard let v = T(exactly: try uint64(at: offset, path)) else {
-      throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
-    }
-    return v
-  }
-
-  func double(at offset: Int, _ path: [any CodingKey]) throws -> Double {
-    switch try tag(at: offset, path) {
-    case RecordTag.double.rawValue, RecordTag.date.rawValue:
-      return Double(bitPattern: try fixed(UInt64.self, at: offset + 1, path))
-    case RecordTag.float.rawValue: return Double(Float(bitPattern: try fixed(UInt32.self, at: offset + 1, path)))
-    case RecordTag.int.rawValue, RecordTag.uint.rawValue: return Double(try int64(at: offset, path))
-    case let t: throw mismatch(Double.self, t, path)
-    }
-  }
-
-  func string(at offset: Int, _ path: [any CodingKey]) throws -> String {
-    guard try tag(at: offset, path) == RecordTag.string.rawValue else {
-      throw mismatch(String.self, bytes[offset], path)
-    }
-    var o = offset + 1
-    let r = try run(at: &o, path)
-    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[r]), as: UTF8.self)
-  }
-
-  func bool(at offset: Int, _ path: [any CodingKey]) throws -> Bool {
-    switch try tag(at: offset, path) {
-    case RecordTag.true.rawValue: return true
-    case RecordTag.false.rawValue: return false
-    case let t: throw mismatch(Bool.self, t, path)
-    }
+  @inline(__always) func bool(at offset: Int, _ path: [any CodingKey]) throws -> Bool {
+    try raw.bool(at: offset, path)
   }
 
   // MARK: Values
@@ -602,4 +485,165 @@ struct IndexKey: CodingKey {
   var intValue: Int?
   init(intValue: Int) { self.intValue = intValue }
   init?(stringValue: String) { nil }
+}
+
+/// The primitive reads of the record encoding over one buffer, every one
+/// bounds checked: what the decoder and the byte-level predicate evaluator
+/// (RecordPredicate) share. A struct, so reading a field costs no allocation.
+struct RecordBytes {
+  let bytes: UnsafeRawBufferPointer
+
+  init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+  func corrupt(_ what: String, _ path: [any CodingKey]) -> DecodingError {
+    .dataCorrupted(DecodingError.Context(codingPath: path, debugDescription: what))
+  }
+
+  func mismatch(_ type: Any.Type, _ tag: UInt8, _ path: [any CodingKey]) -> DecodingError {
+    let found = RecordTag(rawValue: tag).map { "\($0)" } ?? "tag \(tag)"
+    return .typeMismatch(
+      type, DecodingError.Context(codingPath: path, debugDescription: "expected \(type), found \(found)"))
+  }
+
+  // MARK: Primitive reads
+
+  @inline(__always) func tag(at offset: Int, _ path: [any CodingKey]) throws -> UInt8 {
+    guard offset < bytes.count else { throw corrupt("record ends before a value", path) }
+    return bytes[offset]
+  }
+
+  func varint(at offset: inout Int, _ path: [any CodingKey]) throws -> UInt64 {
+    var result: UInt64 = 0
+    var shift: UInt64 = 0
+    while true {
+      guard offset < bytes.count, shift < 64 else { throw corrupt("bad varint", path) }
+      let b = bytes[offset]
+      offset += 1
+      result |= UInt64(b & 0x7F) << shift
+      if b < 0x80 { return result }
+      shift += 7
+    }
+  }
+
+  func fixed<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else {
+      throw corrupt("record ends inside a value", path)
+    }
+    return T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+  }
+
+  /// A length-prefixed run of bytes at `offset`; returns its range and moves past it.
+  func run(at offset: inout Int, _ path: [any CodingKey]) throws -> Range<Int> {
+    let n = try varint(at: &offset, path)
+    guard n <= UInt64(bytes.count - offset) else { throw corrupt("a length runs past the record", path) }
+    let range = offset..<(offset + Int(n))
+    offset += Int(n)
+    return range
+  }
+
+  /// The offset just past the value at `offset`.
+  func skip(at start: Int, _ path: [any CodingKey], depth: Int = 0) throws -> Int {
+    guard depth < 64 else { throw corrupt("values nested too deep", path) }
+    var offset = start + 1
+    switch RecordTag(rawValue: try tag(at: start, path)) {
+    case .null, .false, .true: return offset
+    case .int, .uint:
+      _ = try varint(at: &offset, path)
+      return offset
+    case .double, .date:
+      _ = try fixed(UInt64.self, at: offset, path)
+      return offset + 8
+    case .float:
+      _ = try fixed(UInt32.self, at: offset, path)
+      return offset + 4
+    case .uuid:
+      guard offset + 16 <= bytes.count else { throw corrupt("record ends inside a UUID", path) }
+      return offset + 16
+    case .string, .data:
+      _ = try run(at: &offset, path)
+      return offset
+    case .keyed:
+      let count = Int(try fixed(UInt32.self, at: offset, path))
+      offset += 4
+      for _ in 0..<count {
+        _ = try run(at: &offset, path)
+        offset = try skip(at: offset, path, depth: depth + 1)
+      }
+      return offset
+    case .unkeyed:
+      let count = Int(try fixed(UInt32.self, at: offset, path))
+      offset += 4
+      for _ in 0..<count { offset = try skip(at: offset, path, depth: depth + 1) }
+      return offset
+    case nil:
+      throw corrupt("unknown tag \(bytes[start])", path)
+    }
+  }
+
+  func int64(at offset: Int, _ path: [any CodingKey]) throws -> Int64 {
+    var o = offset + 1
+    switch try tag(at: offset, path) {
+    case RecordTag.int.rawValue:
+      let z = try varint(at: &o, path)
+      return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+    case RecordTag.uint.rawValue:
+      let v = try varint(at: &o, path)
+      guard v <= UInt64(Int64.max) else { throw mismatch(Int64.self, bytes[offset], path) }
+      return Int64(v)
+    case let t: throw mismatch(Int64.self, t, path)
+    }
+  }
+
+  func uint64(at offset: Int, _ path: [any CodingKey]) throws -> UInt64 {
+    var o = offset + 1
+    switch try tag(at: offset, path) {
+    case RecordTag.uint.rawValue: return try varint(at: &o, path)
+    case RecordTag.int.rawValue:
+      let v = try int64(at: offset, path)
+      guard v >= 0 else { throw mismatch(UInt64.self, bytes[offset], path) }
+      return UInt64(v)
+    case let t: throw mismatch(UInt64.self, t, path)
+    }
+  }
+
+  func integer<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
+    if T.isSigned {
+      guard let v = T(exactly: try int64(at: offset, path)) else {
+        throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
+      }
+      return v
+    }
+    guard let v = T(exactly: try uint64(at: offset, path)) else {
+      throw DecodingError.dataCorrupted(.init(codingPath: path, debugDescription: "number does not fit \(T.self)"))
+    }
+    return v
+  }
+
+  func double(at offset: Int, _ path: [any CodingKey]) throws -> Double {
+    switch try tag(at: offset, path) {
+    case RecordTag.double.rawValue, RecordTag.date.rawValue:
+      return Double(bitPattern: try fixed(UInt64.self, at: offset + 1, path))
+    case RecordTag.float.rawValue: return Double(Float(bitPattern: try fixed(UInt32.self, at: offset + 1, path)))
+    case RecordTag.int.rawValue, RecordTag.uint.rawValue: return Double(try int64(at: offset, path))
+    case let t: throw mismatch(Double.self, t, path)
+    }
+  }
+
+  func string(at offset: Int, _ path: [any CodingKey]) throws -> String {
+    guard try tag(at: offset, path) == RecordTag.string.rawValue else {
+      throw mismatch(String.self, bytes[offset], path)
+    }
+    var o = offset + 1
+    let r = try run(at: &o, path)
+    return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[r]), as: UTF8.self)
+  }
+
+  func bool(at offset: Int, _ path: [any CodingKey]) throws -> Bool {
+    switch try tag(at: offset, path) {
+    case RecordTag.true.rawValue: return true
+    case RecordTag.false.rawValue: return false
+    case let t: throw mismatch(Bool.self, t, path)
+    }
+  }
+
 }

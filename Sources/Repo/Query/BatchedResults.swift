@@ -43,25 +43,23 @@ where Model.ID: Codable & Hashable & Sendable {
     let plan = Planner.plan(d, space: access.space, built: built, count: access.counter(snapshot))
     let offset = Swift.max(0, d.fetchOffset ?? 0)
     let limit = d.fetchLimit.map { Swift.max(0, $0) } ?? Int.max
-    let matches = CompiledPredicate(d.predicate, exact: plan.exact)
+    let matches = access.filter(d.predicate, exact: plan.exact, snapshot)
     var keys: [[UInt8]] = []
     if plan.ordered || d.sortBy.isEmpty {
       var skipped = 0
       try access.scan(plan, snapshot) { key, bytes, _ in
-        let m = try access.decode(bytes, key: key)
-        guard try matches(m) else { return true }
+        guard try access.isMatch(matches, key, bytes) else { return true }
         if skipped < offset {
           skipped += 1
           return true
         }
-        keys.append(key)
+        keys.append(Array(key))
         return keys.count < limit
       }
     } else {
       var matched: [(Model, [UInt8])] = []
       try access.scan(plan, snapshot) { key, bytes, _ in
-        let m = try access.decode(bytes, key: key)
-        if try matches(m) { matched.append((m, key)) }
+        if let m = try access.match(matches, key, bytes) { matched.append((m, Array(key))) }
         return true
       }
       let comparator = SortComparator(d.sortBy)

@@ -20,6 +20,9 @@ struct Plan<M>: CustomStringConvertible {
   var exact: Bool
   /// The conditions the range uses, for explain().
   var used: [UsedCondition]
+  /// How the records read are filtered (CompiledPredicate.how), once
+  /// explain() has asked.
+  var filter: String? = nil
 
   var description: String {
     let how: String
@@ -34,7 +37,7 @@ struct Plan<M>: CustomStringConvertible {
     }
     var parts = [how]
     if !used.isEmpty { parts.append("using " + used.map(\.description).joined(separator: " && ")) }
-    parts.append(exact ? "no filter" : "then filter")
+    parts.append(exact ? "no filter" : "then " + (filter ?? "filter"))
     parts.append(ordered ? "in sort order" : "then sort")
     return parts.joined(separator: ", ")
   }

@@ -9,18 +9,32 @@ import Foundation
 /// does not know make the whole predicate fall back to `evaluate`, so the
 /// answer never depends on what is compiled. The differential test checks
 /// compiled predicates against `evaluate` on thousands of random trees.
-struct CompiledPredicate<M> {
+struct CompiledPredicate<M: Decodable> {
   private let test: (M) throws -> Bool
   /// Whether the predicate became a closure (false: it falls back to
   /// `evaluate`, or there is nothing to test).
   let isCompiled: Bool
+  /// The test on a record's bytes (RecordPredicate.swift): true, false, or
+  /// nil for "decode it and call the test". nil when the predicate did not
+  /// compile to one.
+  let onBytes: ByteTest?
+  /// How records are filtered, for explain().
+  let how: String
 
   /// A filter for `predicate`; `exact` (the plan's key range already
-  /// selects exactly the matches) skips evaluation altogether.
-  init(_ predicate: Predicate<M>?, exact: Bool = false) {
+  /// selects exactly the matches) skips evaluation altogether. `samples`
+  /// gives decoded records, should proving a key path need values of an
+  /// enum; `bytes: false` turns the byte-level test off (the differential
+  /// tests compare both ways).
+  init(
+    _ predicate: Predicate<M>?, exact: Bool = false, bytes: Bool = CompiledPredicate.bytesByDefault,
+    samples: @escaping () -> [Any] = { [] }
+  ) {
     guard let predicate, !exact else {
       test = { _ in true }
       isCompiled = false
+      onBytes = { _ in true }
+      how = "no filter"
       return
     }
     if let compiled = compile(predicate.expression, M.self) {
@@ -30,11 +44,31 @@ struct CompiledPredicate<M> {
       test = { try predicate.evaluate($0) }
       isCompiled = false
     }
+    let evaluation = isCompiled ? "a compiled closure" : "Predicate.evaluate"
+    guard bytes else {
+      onBytes = nil
+      how = "filter by decoding each record (\(evaluation)): the byte-level filter is off"
+      return
+    }
+    let b = BytePredicate(predicate, samples: samples)
+    onBytes = b.test
+    if b.test != nil {
+      how = "filter on record bytes (reads \(b.fields.joined(separator: ", "))), decoding only matches"
+    } else {
+      how = "filter by decoding each record (\(evaluation)): \(b.failure ?? "")"
+    }
   }
+
+  /// Whether byte-level tests are on unless a caller says otherwise: on,
+  /// except when the environment sets CAIRN_BYTE_PREDICATES=0 (how the
+  /// differential tests and the benchmark compare the two paths).
+  static var bytesByDefault: Bool { byteTestsEnabled }
 
   /// Whether `model` matches.
   @inline(__always) func callAsFunction(_ model: M) throws -> Bool { try test(model) }
 }
+
+let byteTestsEnabled = ProcessInfo.processInfo.environment["CAIRN_BYTE_PREDICATES"] != "0"
 
 /// Expressions that compile to a closure `(M) throws -> Output`, returned as
 /// `Any` (the caller knows `Output` and casts back), or nil when some part of

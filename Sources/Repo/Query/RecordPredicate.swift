@@ -1,0 +1,582 @@
+import Foundation
+
+// A predicate evaluated on the stored bytes of a record (FORMAT.md §9.2):
+// it reads only the fields the predicate names, each bound to its key path
+// by a proof (FieldProof.swift), and a record is decoded only when it
+// matches. Where the bytes cannot settle the answer the way decoding would
+// (a field missing that `init(from:)` might default, a number too wide for
+// its type, a string that needs Unicode rules beyond ASCII for a
+// case-insensitive search) the verdict is "undecided" and that one record is
+// decoded and tested the ordinary way, so the answer never depends on
+// which path ran. The differential tests compare both with an array filter.
+
+/// A value read from a record or a constant, valid while the record is.
+enum ByteValue {
+  /// nil: a null field, or a missing one the proof showed reads as nil.
+  case null
+  case int(Int64)
+  case uint(UInt64)
+  case double(Double)
+  case bool(Bool)
+  /// A string's UTF-8, or the bytes of Data or a UUID.
+  case bytes(UnsafeRawBufferPointer)
+  /// The bytes cannot say: decode the record.
+  case undecided
+}
+
+extension RecordField {
+  /// The field's value in `record`.
+  func read(_ record: UnsafeRawBufferPointer) -> ByteValue {
+    guard record.count > 1, record[0] == recordFormatVersion else { return .undecided }
+    var offset = 1
+    let depth = path.count
+    for d in 0..<depth {
+      guard let found = path[d].withUnsafeBytes({ Self.find($0, in: record, container: offset) }) else {
+        return .undecided
+      }
+      guard found >= 0 else { return d == depth - 1 && absentIsNil ? .null : .undecided }
+      offset = found
+    }
+    return value(at: offset, record)
+  }
+
+  /// The value offset of field `name` in the keyed container at `offset`;
+  /// -1 if it has no such field; nil if the bytes are not a keyed container
+  /// or are damaged.
+  @inline(__always)
+  static func find(_ name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int) -> Int? {
+    let end = record.count
+    guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
+    let count = Int(UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self)))
+    let n = name.count
+    let first: UInt8 = n > 0 ? name[0] : 0
+    var o = offset + 5
+    for _ in 0..<count {
+      // Names under 128 bytes have a one-byte length: compare in place.
+      guard o < end else { return nil }
+      let length = Int(record[o])
+      if length < 0x80 {
+        let value = o + 1 + length
+        guard value <= end else { return nil }
+        if length == n
+          && (n == 0 || (record[o + 1] == first && memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0))
+        {
+          return value
+        }
+        guard let next = quickSkip(record, value) ?? (try? RecordBytes(record).skip(at: value, [])) else { return nil }
+        o = next
+      } else {
+        let r = RecordBytes(record)
+        guard let run = try? r.run(at: &o, []) else { return nil }
+        if run.count == n && memcmp(record.baseAddress! + run.lowerBound, name.baseAddress!, n) == 0 { return o }
+        guard let next = try? r.skip(at: o, []) else { return nil }
+        o = next
+      }
+    }
+    return -1
+  }
+
+  /// The offset past a scalar value (or a short string) at `offset`; nil
+  /// for anything else (the careful skip takes over) or anything past the end.
+  @inline(__always)
+  static func quickSkip(_ b: UnsafeRawBufferPointer, _ offset: Int) -> Int? {
+    guard offset < b.count else { return nil }
+    var o = offset + 1
+    let end: Int
+    switch b[offset] {
+    case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
+    case RecordTag.int.rawValue, RecordTag.uint.rawValue:
+      while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
+      end = o + 1
+    case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
+    case RecordTag.float.rawValue: end = o + 4
+    case RecordTag.uuid.rawValue: end = o + 16
+    case RecordTag.string.rawValue, RecordTag.data.rawValue:
+      guard o < b.count, b[o] < 0x80 else { return nil }
+      end = o + 1 + Int(b[o])
+    default: return nil
+    }
+    return end <= b.count ? end : nil
+  }
+
+  /// The value at `offset`, read as the field's kind.
+  @inline(__always)
+  func value(at offset: Int, _ record: UnsafeRawBufferPointer) -> ByteValue {
+    guard offset < record.count else { return .undecided }
+    let tag = record[offset]
+    if tag == RecordTag.null.rawValue { return absentIsNil ? .null : .undecided }
+    let r = RecordBytes(record)
+    switch kind {
+    case .int(let lo, let hi):
+      guard let v = try? r.int64(at: offset, []), v >= lo, v <= hi else { return .undecided }
+      return .int(v)
+    case .uint(let hi):
+      guard let v = try? r.uint64(at: offset, []), v <= hi else { return .undecided }
+      return .uint(v)
+    case .double:
+      guard let v = try? r.double(at: offset, []) else { return .undecided }
+      return .double(v)
+    case .float:
+      guard let v = try? r.double(at: offset, []) else { return .undecided }
+      return .double(Double(Float(v)))
+    case .date:
+      guard tag == RecordTag.date.rawValue, let v = try? r.double(at: offset, []) else { return .undecided }
+      return .double(v)
+    case .bool:
+      guard tag == RecordTag.true.rawValue || tag == RecordTag.false.rawValue else { return .undecided }
+      return .bool(tag == RecordTag.true.rawValue)
+    case .string, .data:
+      var o = offset + 1
+      guard tag == (kind == .string ? RecordTag.string : RecordTag.data).rawValue, let run = try? r.run(at: &o, [])
+      else { return .undecided }
+      return .bytes(UnsafeRawBufferPointer(rebasing: record[run]))
+    case .uuid:
+      guard tag == RecordTag.uuid.rawValue, offset + 17 <= record.count else { return .undecided }
+      return .bytes(UnsafeRawBufferPointer(rebasing: record[(offset + 1)..<(offset + 17)]))
+    }
+  }
+}
+
+/// Whether values of `type` are enums (through optionals).
+func isEnum(_ type: Any.Type) -> Bool {
+  if let o = type as? any AnyOptional.Type { return isEnum(o.wrappedType) }
+  return type is any RawRepresentable.Type
+}
+
+/// The compiled test: true, false, or nil for "decode this record".
+typealias ByteTest = (UnsafeRawBufferPointer) -> Bool?
+typealias ByteRead = (UnsafeRawBufferPointer) -> ByteValue
+
+/// A compiled sub-expression: a test or a value, with how values compare.
+enum ByteExpr {
+  case test(ByteTest)
+  /// `kind` is nil for a constant (it takes the kind of what it meets).
+  case value(ByteRead, kind: RecordField.Kind?, isEnum: Bool, field: RecordField? = nil, constant: ByteValue? = nil)
+
+  var asTest: ByteTest? {
+    switch self {
+    case .test(let t): return t
+    case .value(let read, let kind, _, _, _):
+      guard kind == nil || kind == .bool else { return nil }
+      return { r in
+        switch read(r) {
+        case .bool(let b): return b
+        default: return nil
+        }
+      }
+    }
+  }
+}
+
+/// What compiling a predicate to byte tests needs and learns.
+final class ByteCompiler<M: Decodable> {
+  let proofs: FieldProofs<M>
+  /// Constants of the predicate and values seen in records: what the probe
+  /// may hand an enum's `init(from:)`.
+  var values: [Any]
+  let samples: () -> [Any]
+  /// Bytes of constants, alive as long as the compiled closures.
+  let storage = ConstantStorage()
+  /// The fields read, for explain().
+  private(set) var fields: [String] = []
+  /// Why the predicate could not be compiled, for explain().
+  private(set) var failure: String?
+  /// Pass 1 only gathers constants.
+  var gathering = true
+
+  init(values: [Any] = [], samples: @escaping () -> [Any]) {
+    proofs = FieldProofs<M>.shared
+    self.values = values
+    self.samples = samples
+  }
+
+  func fail(_ why: String) {
+    if failure == nil { failure = why }
+  }
+
+  func binding(_ keyPath: AnyKeyPath) -> RecordField? {
+    var result = proofs.binding(keyPath, values: values)
+    if case .unproven = result, !samplesTaken {
+      samplesTaken = true
+      values += samples()
+      result = proofs.binding(keyPath, values: values)
+    }
+    switch result {
+    case .field(let f):
+      if !fields.contains(f.description) { fields.append(f.description) }
+      return f
+    case .unproven(let why):
+      fail("\(Self.describe(keyPath)): \(why)")
+      return nil
+    }
+  }
+  private var samplesTaken = false
+
+  /// "spot.zip" for `\Model.spot.zip`.
+  static func describe(_ keyPath: AnyKeyPath) -> String {
+    let text = String(describing: keyPath)
+    if text.contains("<computed") { return "a computed property" }
+    let path = text.drop { $0 != "." }.dropFirst()
+    return path.isEmpty ? text : String(path)
+  }
+}
+
+/// Copies of constants' bytes with stable addresses, freed with the closures.
+final class ConstantStorage {
+  private var buffers: [UnsafeMutableRawBufferPointer] = []
+
+  func keep(_ bytes: some Collection<UInt8>) -> UnsafeRawBufferPointer {
+    let b = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, bytes.count), alignment: 1)
+    _ = b.initializeMemory(as: UInt8.self, from: bytes)
+    buffers.append(b)
+    return UnsafeRawBufferPointer(rebasing: b[0..<bytes.count])
+  }
+
+  deinit { for b in buffers { b.deallocate() } }
+}
+
+/// Expressions that compile to byte tests.
+protocol ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr?
+}
+
+/// `expression` compiled, or nil.
+func byteCompile<E, M>(_ expression: E, _ c: ByteCompiler<M>) -> ByteExpr? {
+  guard let e = expression as? any ByteCompilable else {
+    c.fail("\(shortTypeName(E.self)) is evaluated on the decoded model")
+    return nil
+  }
+  return e.byteCompile(c)
+}
+
+func shortTypeName(_ t: Any.Type) -> String {
+  let full = String(describing: t)
+  return String(full.prefix { $0 != "<" })
+}
+
+/// A predicate's byte test, or why there is none.
+struct BytePredicate {
+  let test: ByteTest?
+  let fields: [String]
+  let failure: String?
+
+  init<M: Decodable>(_ predicate: Predicate<M>, samples: @escaping () -> [Any]) {
+    let c = ByteCompiler<M>(samples: samples)
+    _ = byteCompile(predicate.expression, c)
+    c.gathering = false
+    let compiled = c.failure == nil ? byteCompile(predicate.expression, c) : nil
+    let storage = c.storage
+    if let t = compiled?.asTest, c.failure == nil {
+      test = { r in withExtendedLifetime(storage) { t(r) } }
+    } else {
+      test = nil
+    }
+    fields = c.fields
+    failure = test == nil ? (c.failure ?? "the predicate is not a test") : nil
+  }
+}
+
+// MARK: Comparing values
+
+@inline(__always) func isASCII(_ b: UnsafeRawBufferPointer) -> Bool {
+  var all: UInt8 = 0
+  for x in b { all |= x }
+  return all < 0x80
+}
+
+@inline(__always) private func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+  a.count == b.count && (a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0)
+}
+
+private func string(_ b: UnsafeRawBufferPointer) -> String { String(decoding: b, as: UTF8.self) }
+
+/// `a == b` as Swift's `==` on the values' type would say, or nil.
+func byteEqual(_ a: ByteValue, _ b: ByteValue, kind: RecordField.Kind?) -> Bool? {
+  switch (a, b) {
+  case (.undecided, _), (_, .undecided): return nil
+  case (.null, .null): return true
+  case (.null, _), (_, .null): return false
+  case (.int(let x), .int(let y)): return x == y
+  case (.uint(let x), .uint(let y)): return x == y
+  case (.double(let x), .double(let y)): return x == y
+  case (.bool(let x), .bool(let y)): return x == y
+  case (.bytes(let x), .bytes(let y)):
+    if kind == .string && !(isASCII(x) && isASCII(y)) { return string(x) == string(y) }
+    return same(x, y)
+  default: return nil
+  }
+}
+
+/// `a < b` as Swift's `<` on the values' type would say, or nil.
+func byteLess(_ a: ByteValue, _ b: ByteValue, kind: RecordField.Kind?) -> Bool? {
+  switch (a, b) {
+  case (.int(let x), .int(let y)): return x < y
+  case (.uint(let x), .uint(let y)): return x < y
+  case (.double(let x), .double(let y)): return x < y
+  case (.bytes(let x), .bytes(let y)) where kind == .string:
+    if isASCII(x) && isASCII(y) {
+      let n = min(x.count, y.count)
+      let c = n == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, n)
+      return c < 0 || (c == 0 && x.count < y.count)
+    }
+    return string(x) < string(y)
+  default: return nil
+  }
+}
+
+/// `a <= b` as Swift's `<=` says: not `!(b < a)`, which NaN breaks.
+func byteLessOrEqual(_ a: ByteValue, _ b: ByteValue, kind: RecordField.Kind?) -> Bool? {
+  switch (a, b) {
+  case (.int(let x), .int(let y)): return x <= y
+  case (.uint(let x), .uint(let y)): return x <= y
+  case (.double(let x), .double(let y)): return x <= y
+  case (.bytes, .bytes) where kind == .string: return byteLess(b, a, kind: kind).map { !$0 }
+  default: return nil
+  }
+}
+
+/// `haystack.localizedStandardContains(needle)`: ASCII case folding when
+/// both are ASCII (without CR, whose pairing with LF makes one character),
+/// Foundation's own method otherwise.
+func byteLocalizedContains(_ haystack: ByteValue, _ needle: ByteValue) -> Bool? {
+  guard case .bytes(let h) = haystack, case .bytes(let n) = needle else { return nil }
+  guard isASCII(h), isASCII(n), !h.contains(0x0D), !n.contains(0x0D) else {
+    return string(h).localizedStandardContains(string(n))
+  }
+  if n.count == 0 { return false }
+  if n.count > h.count { return false }
+  @inline(__always) func lower(_ c: UInt8) -> UInt8 { c &- 0x41 < 26 ? c | 0x20 : c }
+  let first = lower(n[0])
+  var i = 0
+  let last = h.count - n.count
+  while i <= last {
+    if lower(h[i]) == first {
+      var j = 1
+      while j < n.count && lower(h[i + j]) == lower(n[j]) { j += 1 }
+      if j == n.count { return true }
+    }
+    i += 1
+  }
+  return false
+}
+
+// MARK: The expressions
+
+extension PredicateExpressions.KeyPath: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let kp = modelKeyPath else {
+      c.fail("a key path not from the model")
+      return nil
+    }
+    if c.gathering { return .value({ _ in .undecided }, kind: nil, isEnum: false) }
+    guard let field = c.binding(kp) else { return nil }
+    return .value({ field.read($0) }, kind: field.kind, isEnum: isEnum(Output.self), field: field)
+  }
+}
+
+extension PredicateExpressions.Value: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    if c.gathering {
+      c.values.append(value)  // ProbeSession keeps the enums' values
+      return .value({ _ in .undecided }, kind: nil, isEnum: false)
+    }
+    if let b = value as? Bool { return .test({ _ in b }) }
+    guard let pv = ProbeValue.of(value) else {
+      c.fail("a constant of type \(Output.self)")
+      return nil
+    }
+    let v: ByteValue
+    switch pv {
+    case nil: v = .null
+    case .int(let x): v = .int(x)
+    case .uint(let x): v = .uint(x)
+    case .float(let bits): v = .double(Double(bitPattern: bits))
+    case .bool(let x): v = .bool(x)
+    case .string(let s): v = .bytes(c.storage.keep(Array(s.utf8)))
+    case .data(let d): v = .bytes(c.storage.keep(d))
+    case .uuid(let u): v = .bytes(withUnsafeBytes(of: u.uuid) { c.storage.keep(Array($0)) })
+    }
+    return .value({ _ in v }, kind: nil, isEnum: false, constant: v)
+  }
+}
+
+extension PredicateExpressions.NilLiteral: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    .value({ _ in .null }, kind: nil, isEnum: false, constant: .null)
+  }
+}
+
+/// The two sides of a comparison, as values.
+private struct Operands {
+  let a: ByteRead
+  let b: ByteRead
+  let kind: RecordField.Kind?
+  let isEnum: Bool
+  /// A field compared with a constant, whichever side each is on.
+  let field: RecordField?
+  let constant: ByteValue?
+  let fieldOnLeft: Bool
+
+  init?<M>(_ l: ByteExpr?, _ r: ByteExpr?, _ c: ByteCompiler<M>) {
+    guard case .value(let a, let ka, let ea, let fa, let ca)? = l,
+      case .value(let b, let kb, let eb, let fb, let cb)? = r
+    else {
+      if l != nil && r != nil { c.fail("a comparison of tests") }
+      return nil
+    }
+    (self.a, self.b, kind, isEnum) = (a, b, ka ?? kb, ea || eb)
+    if let fa, let cb {
+      (field, constant, fieldOnLeft) = (fa, cb, true)
+    } else if let fb, let ca {
+      (field, constant, fieldOnLeft) = (fb, ca, false)
+    } else {
+      (field, constant, fieldOnLeft) = (nil, nil, true)
+    }
+  }
+
+  /// `test(left, right)`, reading a field straight into the comparison
+  /// when the other side is a constant (no closure per side).
+  func test(_ t: @escaping (ByteValue, ByteValue, RecordField.Kind?) -> Bool?) -> ByteTest {
+    let kind = kind
+    if let field, let constant {
+      if fieldOnLeft { return { r in t(field.read(r), constant, kind) } }
+      return { r in t(constant, field.read(r), kind) }
+    }
+    let (a, b) = (a, b)
+    return { r in t(a(r), b(r), kind) }
+  }
+}
+
+extension PredicateExpressions.Equal: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
+    return .test(o.test(byteEqual))
+  }
+}
+
+extension PredicateExpressions.NotEqual: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
+    return .test(o.test { byteEqual($0, $1, kind: $2).map { !$0 } })
+  }
+}
+
+extension PredicateExpressions.Comparison: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
+    if c.gathering { return .test({ _ in nil }) }
+    // An enum's `<` is its own; Bool, UUID and Data order nothing here.
+    guard !o.isEnum, let kind = o.kind, kind != .bool, kind != .uuid, kind != .data else {
+      c.fail("an ordering of \(shortTypeName(LHS.Output.self))")
+      return nil
+    }
+    switch op {
+    case .lessThan: return .test(o.test { byteLess($0, $1, kind: $2) })
+    case .lessThanOrEqual: return .test(o.test { byteLessOrEqual($0, $1, kind: $2) })
+    case .greaterThan: return .test(o.test { byteLess($1, $0, kind: $2) })
+    case .greaterThanOrEqual: return .test(o.test { byteLessOrEqual($1, $0, kind: $2) })
+    @unknown default:
+      c.fail("an unknown comparison")
+      return nil
+    }
+  }
+}
+
+extension PredicateExpressions.Conjunction: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let l = Repo.byteCompile(lhs, c)?.asTest, let r = Repo.byteCompile(rhs, c)?.asTest else { return nil }
+    return .test({ b in
+      switch l(b) {
+      case false?: return false
+      case true?: return r(b)
+      // Evaluation would run the left side first, and it may throw.
+      case nil: return nil
+      }
+    })
+  }
+}
+
+extension PredicateExpressions.Disjunction: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let l = Repo.byteCompile(lhs, c)?.asTest, let r = Repo.byteCompile(rhs, c)?.asTest else { return nil }
+    return .test({ b in
+      switch l(b) {
+      case true?: return true
+      case false?: return r(b)
+      case nil: return nil
+      }
+    })
+  }
+}
+
+extension PredicateExpressions.Negation: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let w = Repo.byteCompile(wrapped, c)?.asTest else { return nil }
+    return .test({ b in w(b).map { !$0 } })
+  }
+}
+
+extension PredicateExpressions.NilCoalesce: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
+    let (a, b) = (o.a, o.b)
+    return .value(
+      { r in
+        let v = a(r)
+        if case .null = v { return b(r) }
+        return v
+      }, kind: o.kind, isEnum: o.isEnum)
+  }
+}
+
+extension PredicateExpressions.ForcedUnwrap: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard case .value(let a, let kind, let isEnum, _, _)? = Repo.byteCompile(inner, c) else { return nil }
+    // Unwrapping nil throws: leave that to evaluation.
+    return .value(
+      { r in
+        let v = a(r)
+        if case .null = v { return .undecided }
+        return v
+      }, kind: kind, isEnum: isEnum)
+  }
+}
+
+// Foundation's type on Apple platforms, Cairn's (LocalizedStandardContains.swift) elsewhere.
+extension PredicateExpressions.StringLocalizedStandardContains: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard let o = Operands(Repo.byteCompile(root, c), Repo.byteCompile(other, c), c) else { return nil }
+    return .test(o.test { a, b, _ in byteLocalizedContains(a, b) })
+  }
+}
+
+// `$0.title.contains("milk")` on strings: a byte search when both are ASCII
+// (without CR), else left to evaluation.
+extension PredicateExpressions.CollectionContainsCollection: ByteCompilable {
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
+    guard Base.Output.self == String.self, Other.Output.self == String.self else {
+      c.fail("contains on \(shortTypeName(Base.Output.self))")
+      return nil
+    }
+    guard let o = Operands(Repo.byteCompile(base, c), Repo.byteCompile(other, c), c) else { return nil }
+    return .test(o.test { a, b, _ in byteContains(a, b) })
+  }
+}
+
+/// `haystack.contains(needle)` for ASCII strings without CR; nil otherwise.
+func byteContains(_ haystack: ByteValue, _ needle: ByteValue) -> Bool? {
+  guard case .bytes(let h) = haystack, case .bytes(let n) = needle, n.count > 0, isASCII(h), isASCII(n),
+    !h.contains(0x0D), !n.contains(0x0D)
+  else { return nil }
+  if n.count > h.count { return false }
+  let first = n[0]
+  var i = 0
+  let last = h.count - n.count
+  while i <= last {
+    if h[i] == first && (n.count == 1 || memcmp(h.baseAddress! + i + 1, n.baseAddress! + 1, n.count - 1) == 0) {
+      return true
+    }
+    i += 1
+  }
+  return false
+}
