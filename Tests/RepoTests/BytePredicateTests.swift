@@ -475,3 +475,30 @@ struct WideGenerator<R: WideModel> {
     }
   }
 }
+
+@Suite struct SortComparatorPlanTests {
+  /// An index keeps strings in Swift's `<` order; a descriptor with a string
+  /// comparator (`.lexical` here; `.localizedStandard`, the Apple platforms'
+  /// default) must be sorted in memory, with the comparator's own order.
+  @Test func stringSortsUseAnIndexOnlyInKeyOrder() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(User.self)
+    let emails = ["b@x", "B@x", "a10@x", "a9@x", "é@x", "e\u{301}z@x", "Z@x", "zz@x", "ä@x", "A@x"]
+    let users = emails.enumerated().map { i, e in
+      User(id: UUID(), email: e, name: "u\(i)", active: true, lastSeen: day(i), createdAt: day(i))
+    }
+    try await repo.insert(contentsOf: users)
+
+    let plain = SortDescriptor(\User.email)
+    let lexical = SortDescriptor(\User.email, comparator: .lexical)
+    for (descriptor, keyOrder) in [(plain, plain.stringComparator == nil), (lexical, false)] {
+      var d = FetchDescriptor<User>(sortBy: [descriptor])
+      d.fetchLimit = 6
+      let plan = try repo.explain(d)
+      #expect(plan.contains("in sort order") == keyOrder, "\(plan)")
+      #expect(plan.contains("then sort") == !keyOrder, "\(plan)")
+      let want = users.sorted(using: descriptor).prefix(6).map(\.email)
+      #expect(try await repo.fetch(d).map(\.email) == want, "\(plan)")
+    }
+  }
+}

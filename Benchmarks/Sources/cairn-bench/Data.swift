@@ -1,6 +1,7 @@
 import Engine
 import EngineTestSupport
 import Foundation
+import Synchronization
 
 /// Deterministic test data: the same seed gives every system the same keys
 /// and values, generated before any timer starts.
@@ -51,10 +52,38 @@ func now() -> Double {
   return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
+/// How long `body` takes. Also notes the peak resident memory while it
+/// ran (``lastTimedPeak``), which a row recorded right after takes as its
+/// peak memory unless it names its own.
 func time(_ body: () throws -> Void) rethrows -> Double {
+  resetPeakRSS()
   let t = now()
   try body()
-  return now() - t
+  let elapsed = now() - t
+  lastTimedPeak.store(peakRSSSinceReset(), ordering: .relaxed)
+  return elapsed
+}
+
+/// The peak resident memory of the last `time { }` (0 if unknown).
+let lastTimedPeak = Atomic<UInt64>(0)
+
+/// Starts a new peak: Linux resets VmHWM to the current resident size when
+/// "5" is written to clear_refs.
+func resetPeakRSS() {
+  let fd = open("/proc/self/clear_refs", O_WRONLY)
+  guard fd >= 0 else { return }
+  _ = write(fd, "5", 1)
+  close(fd)
+}
+
+/// VmHWM: the peak resident memory since the process started or the last
+/// ``resetPeakRSS()``; falls back to getrusage's lifetime peak.
+func peakRSSSinceReset() -> UInt64 {
+  guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+    let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+    let kb = line.split(separator: " ").dropFirst().first.flatMap({ UInt64($0) })
+  else { return peakRSS() }
+  return kb * 1024
 }
 
 /// Peak resident memory of this process so far, in bytes.

@@ -45,6 +45,14 @@ protocol ModelSystem {
   /// Every item with priority `p` (no index helps).
   func withPriority(_ p: Int) throws -> [Item]
   func count(category c: Int) throws -> Int
+  /// The item with this id, in its own read.
+  func get(id: Int) throws -> Item?
+  /// Items whose title or note contains `q`, ignoring case (Cairn:
+  /// `localizedStandardContains`; SQLite: `LIKE '%q%'`, ASCII case folding).
+  func search(_ q: String) throws -> [Item]
+  /// Marks every item with priority `p` done and renames it, in one durable
+  /// transaction; returns how many.
+  func updatePriority(_ p: Int) throws -> Int
   /// Deletes every item with category below `c`, in one transaction; returns how many.
   func deleteBelow(category c: Int) throws -> Int
   func close() throws
@@ -78,6 +86,28 @@ final class CairnModels: ModelSystem {
     try store.read { try $0.repository(Item.self).count(matching: #Predicate { $0.category == c }) }
   }
 
+  func get(id: Int) throws -> Item? { try store.read { try $0.repository(Item.self).get(id) } }
+
+  func search(_ q: String) throws -> [Item] {
+    try store.read {
+      try $0.repository(Item.self).fetch(
+        FetchDescriptor(
+          predicate: #Predicate {
+            $0.title.localizedStandardContains(q) || ($0.note ?? "").localizedStandardContains(q)
+          }
+        ))
+    }
+  }
+
+  func updatePriority(_ p: Int) throws -> Int {
+    try store.writeNow {
+      try $0.repository(Item.self).update(matching: #Predicate { $0.priority == p }) { item in
+        item.done = true
+        item.title += " (done)"
+      }
+    }
+  }
+
   func deleteBelow(category c: Int) throws -> Int {
     try store.writeNow { try $0.repository(Item.self).delete(matching: #Predicate { $0.category < c }) }
   }
@@ -99,6 +129,9 @@ final class SQLiteModels: ModelSystem {
   let priorityRows: SQLiteSystem.Statement
   let countRows: SQLiteSystem.Statement
   let deleteRows: SQLiteSystem.Statement
+  let getRow: SQLiteSystem.Statement
+  let searchRows: SQLiteSystem.Statement
+  let updateRows: SQLiteSystem.Statement
 
   init(folder: String) throws {
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -116,6 +149,9 @@ final class SQLiteModels: ModelSystem {
     priorityRows = try .init(db, "SELECT \(columns) FROM items WHERE priority = ?")
     countRows = try .init(db, "SELECT COUNT(*) FROM items WHERE category = ?")
     deleteRows = try .init(db, "DELETE FROM items WHERE category < ?")
+    getRow = try .init(db, "SELECT \(columns) FROM items WHERE id = ?")
+    searchRows = try .init(db, "SELECT \(columns) FROM items WHERE title LIKE ?1 OR note LIKE ?1")
+    updateRows = try .init(db, "UPDATE items SET done = 1, title = title || ' (done)' WHERE priority = ?")
   }
 
   private func step(_ s: SQLiteSystem.Statement, _ what: String) throws {
@@ -183,6 +219,28 @@ final class SQLiteModels: ModelSystem {
     return Int(sqlite3_column_int64(countRows.stmt, 0))
   }
 
+  func get(id: Int) throws -> Item? {
+    sqlite3_reset(getRow.stmt)
+    sqlite3_bind_int64(getRow.stmt, 1, Int64(id))
+    return try rows(getRow).first
+  }
+
+  func search(_ q: String) throws -> [Item] {
+    sqlite3_reset(searchRows.stmt)
+    sqlite3_bind_text(searchRows.stmt, 1, "%\(q)%", -1, SQLITE_TRANSIENT)
+    return try rows(searchRows)
+  }
+
+  func updatePriority(_ p: Int) throws -> Int {
+    try SQLiteSystem.exec(db, "BEGIN")
+    sqlite3_reset(updateRows.stmt)
+    sqlite3_bind_int64(updateRows.stmt, 1, Int64(p))
+    try step(updateRows, "update")
+    let n = Int(sqlite3_changes(db))
+    try SQLiteSystem.exec(db, "COMMIT")
+    return n
+  }
+
   func deleteBelow(category c: Int) throws -> Int {
     try SQLiteSystem.exec(db, "BEGIN")
     sqlite3_reset(deleteRows.stmt)
@@ -227,6 +285,33 @@ enum ModelWorkloads {
     let tScan = try time { for p in 0..<scans { found += try s.withPriority(p).count } }
     guard found == n else { throw BenchError("unindexed fetches found \(found) of \(n)") }
     add("\(scans) fetches: unindexed predicate (a tenth of \(N) each)", tScan, scans, nil)
+
+    var rng = SplitMix64(seed: c.seed ^ 0x6E7)
+    let ids = (0..<n).map { _ in Int(rng.next() % UInt64(n)) }
+    var gotten = 0
+    let tGet = try time { for id in ids where try s.get(id: id)?.id == id { gotten += 1 } }
+    guard gotten == n else { throw BenchError("get by id found \(gotten) of \(n)") }
+    add("get by id: \(N) random, each in its own read", tGet, n, nil)
+
+    // Words that every title or note might hold, in another case.
+    let terms = ["MILK INVOICE", "Garden #4", "note FOR item 77", "#9999", "flight call", "DENTIST paint #1"]
+    var searched: [Int] = []
+    let tSearch = try time { for q in terms { searched.append(try s.search(q).count) } }
+    for (q, count) in zip(terms, searched) {
+      let want = items.filter {
+        $0.title.localizedStandardContains(q) || ($0.note ?? "").localizedStandardContains(q)
+      }.count
+      guard count == want else { throw BenchError("search \(q) found \(count), not \(want)") }
+    }
+    add(
+      "\(terms.count) searches: title or note contains a word, any case", tSearch, terms.count,
+      "\(searched.reduce(0, +)) matches; SQLite LIKE '%q%'")
+
+    var updated = 0
+    let tUpdate = try time { updated = try s.updatePriority(3) }
+    let wantUpdated = items.filter { $0.priority == 3 }.count
+    guard updated == wantUpdated else { throw BenchError("updated \(updated), not \(wantUpdated)") }
+    add("update by predicate: a tenth of the models, durable", tUpdate, updated, "\(updated) models")
 
     var counted = 0
     let tCount = try time { for q in 0..<queries { counted += try s.count(category: q % 100) } }

@@ -30,6 +30,10 @@ struct Row {
   }
 }
 
+/// The systems "ahead" compares Cairn with: other stores and coders a user
+/// would pick instead. (Workload 13's rows compare Cairn with itself.)
+let peerSystems: Set<String> = ["sqlite", "lmdb", "json"]
+
 func median(_ xs: [Double]) -> Double {
   let s = xs.sorted()
   guard !s.isEmpty else { return 0 }
@@ -125,7 +129,7 @@ func textTables(_ rows: [Row]) -> String {
     guard !mine.isEmpty else { continue }
     out += "\n\(id). \(title)\n"
     for row in mine {
-      let peers = orderedSystems(row).filter { $0 != "cairn" && $0 != "disk" }
+      let peers = orderedSystems(row).filter(peerSystems.contains)
       let verdict = row.ahead(peers: peers).map { $0 ? "  [ahead]" : "" } ?? ""
       out += "  \(row.row)\(verdict)\n"
       out += "    " + pad(["system", "median", "ops/s", "memory", "ratio"]) + "\n"
@@ -153,7 +157,7 @@ func markdownTables(_ rows: [Row]) -> String {
     out += "\n### \(id). \(title)\n\n"
     out += "| Row | System | Median | ops/s | Peak memory | Cairn ahead by |\n|---|---|---|---|---|---|\n"
     for row in mine {
-      let peers = orderedSystems(row).filter { $0 != "cairn" && $0 != "disk" }
+      let peers = orderedSystems(row).filter(peerSystems.contains)
       let ahead = row.ahead(peers: peers) == true
       for system in orderedSystems(row) {
         let c = cells(row, system)

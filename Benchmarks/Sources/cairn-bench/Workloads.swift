@@ -1,6 +1,7 @@
 import Engine
 import EngineTestSupport
 import Foundation
+import Synchronization
 
 /// One measured row of one run of one system.
 struct Measurement: Codable {
@@ -83,8 +84,14 @@ final class Recorder {
     measurements.append(
       Measurement(
         workload: workload, row: row, system: system ?? self.system, kind: kind, seconds: seconds, ops: ops,
-        bytes: bytes, peakMemory: memory, note: note))
+        bytes: bytes, peakMemory: memory ?? timedPeak(kind), note: note))
   }
+}
+
+/// The peak memory of the last timed body, for a timed row.
+private func timedPeak(_ kind: Measurement.Kind) -> UInt64? {
+  let peak = lastTimedPeak.load(ordering: .relaxed)
+  return kind == .size || peak == 0 ? nil : peak
 }
 
 /// A workload of the harness: what it measures, on which systems, and how.

@@ -74,11 +74,18 @@ enum Planner {
     let sortPaths = descriptor.sortBy.map { $0.keyPath }
     let sortReverse = descriptor.sortBy.first.map { $0.order == .reverse } ?? false
     let sortUniform = descriptor.sortBy.allSatisfy { ($0.order == .reverse) == sortReverse }
+    // Keys keep values in their type's `<` order (strings: by the Unicode
+    // scalars of their NFC form, which is how Swift compares them). A
+    // descriptor with a string comparator — `.localizedStandard`, the
+    // default for `SortDescriptor(\.title)` on Apple platforms, or any other —
+    // orders differently, so only the sort in memory can serve it.
+    let keyOrder = descriptor.sortBy.allSatisfy { $0.stringComparator == nil }
     let total = max(1, count(space.records, .all) ?? 1_000_000)
     let limit = descriptor.fetchLimit.map { Double($0 + (descriptor.fetchOffset ?? 0)) }
 
     // Sorted by id (or not sorted): the records keyspace is in id order.
-    let idOrdered = sortPaths.isEmpty || (sortPaths.count == 1 && sortPaths[0].map { isID($0, M.self) } == true)
+    let idOrdered =
+      sortPaths.isEmpty || (keyOrder && sortPaths.count == 1 && sortPaths[0].map { isID($0, M.self) } == true)
 
     /// Records read, plus the sort when the order is not given.
     func cost(rows: Double, ordered: Bool) -> Double {
@@ -144,7 +151,7 @@ enum Planner {
       let rest = Array(index.keyPaths.dropFirst(eqCount))
       let ordered =
         sortPaths.isEmpty
-        || (sortUniform && sortPaths.count <= rest.count && zip(sortPaths, rest).allSatisfy { $0 == $1 })
+        || (keyOrder && sortUniform && sortPaths.count <= rest.count && zip(sortPaths, rest).allSatisfy { $0 == $1 })
       let exact = analysis.complete && consumed == conditions.count
       let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
       narrowest = min(narrowest, rows)
@@ -158,7 +165,7 @@ enum Planner {
     //    stopping once the limit is filled; with a filter that keeps one
     //    record in total/narrowest, that takes about limit × total/narrowest reads.
     let reach = min(total, limit.map { $0 * total / max(1, narrowest) } ?? total)
-    if !sortPaths.isEmpty, sortUniform {
+    if !sortPaths.isEmpty, sortUniform, keyOrder {
       for resolved in space.indexes where built.contains(resolved.index.name) {
         let paths = resolved.index.keyPaths
         if sortPaths.count <= paths.count && zip(sortPaths, paths).allSatisfy({ $0 == $1 }) {
