@@ -7,7 +7,7 @@ import Foundation
 /// `decode`: records come straight from the engine's cached nodes, with no
 /// copy. The containers it hands to `init(from:)` must not outlive that call
 /// (Codable's contract; a decoder kept past it would read freed memory).
-final class RecordDecoder {
+struct RecordDecoder {
   let bytes: UnsafeRawBufferPointer
   var userInfo: [CodingUserInfoKey: Any] { [:] }
 
