@@ -131,6 +131,18 @@ where M.ID: Codable & Hashable & Sendable {
   ) throws {
     let counters = space.counters
     switch plan.access {
+    case .union(let parts):
+      // Each record once: a record several branches select is visited by
+      // the first; the others skip it.
+      var seen = Set<[UInt8]>()
+      var more = true
+      for part in parts where more {
+        try scan(part, reader) { key, record, _ in
+          guard seen.insert(Array(key)).inserted else { return true }
+          more = try visit(key, record, nil)
+          return more
+        }
+      }
     case .id(let k):
       _ = try reader.visitValue(for: k, in: space.records) { v in
         counters.recordsRead.add(1, ordering: .relaxed)
@@ -277,9 +289,10 @@ where M.ID: Codable & Hashable & Sendable {
       case .id(let k): return try reader.get(k, in: space.records) == nil ? 0 : 1
       case .records(let r, _): return Int(try reader.count(in: space.records, range: r))
       case .index(let i, let r, _): return Int(try reader.count(in: i.keyspace, range: r))
+      case .union: break  // branches may overlap: count the keys, below
       }
     }
-    let matches = filter(predicate, exact: false, reader)
+    let matches = filter(predicate, exact: plan.exact, reader)
     var n = 0
     try scan(plan, reader) { key, bytes, _ in
       if try isMatch(matches, key, bytes) { n += 1 }
@@ -366,10 +379,18 @@ where M.ID: Codable & Hashable & Sendable {
     let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
     if case .index(let i, _, _) = plan.access { scannedIndex = i } else { scannedIndex = nil }
     let scannedKeyspace = scannedIndex?.keyspace ?? space.records
-    let otherIndexes = space.indexes.filter { $0.keyspace != scannedKeyspace }
+    var otherIndexes = space.indexes.filter { $0.keyspace != scannedKeyspace }
+    // A union reads several keyspaces in no one key order: no spans, every
+    // record's entries one by one.
+    var isUnion = false
+    if case .union = plan.access {
+      isUnion = true
+      otherIndexes = space.indexes
+    }
 
-    if plan.exact && otherIndexes.isEmpty {
+    if plan.exact && otherIndexes.isEmpty && !isUnion {
       switch plan.access {
+      case .union: break
       case .id(let k):
         guard try tx.get(k, in: space.records) != nil else { return 0 }
         try tx.delete(k, in: space.records)
@@ -395,6 +416,10 @@ where M.ID: Codable & Hashable & Sendable {
     try scan(plan, tx) { key, bytes, indexKey in
       if let m = try match(matches, key, bytes) {
         let k = Array(key)
+        guard !isUnion else {
+          victims.append((k, m))
+          return true
+        }
         let scanned = indexKey ?? k
         if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
         open = true
@@ -415,7 +440,7 @@ where M.ID: Codable & Hashable & Sendable {
     }
     // 2. Everything else, entry by entry.
     for v in victims {
-      if scannedIndex != nil { try tx.delete(v.key, in: space.records) }
+      if scannedIndex != nil || isUnion { try tx.delete(v.key, in: space.records) }
       for i in otherIndexes { try tx.delete(try indexKey(i, v.model, id: v.key), in: i.keyspace) }
     }
     return victims.count

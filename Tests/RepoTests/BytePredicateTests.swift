@@ -107,6 +107,14 @@ struct Renamed: WideModel {
   }
 }
 
+// Indexed, so the same random predicates also go through the planner: NaN
+// in an indexed Double, an optional index, an enum index, a compound one.
+extension Renamed: IndexedModel {
+  static let indexes: [Index<Renamed>] = [
+    .index(\.d), .index(\.s), .index(\.i64), .index(\.mood), .index(\.zip), .index(\.date, \.u8),
+  ]
+}
+
 /// A custom init(from:): `s` comes back uppercased, a missing `note`
 /// becomes "none", `i16` and `i32` swap places, and `sum` is computed. The
 /// byte-level filter must prove none of those and fall back for them.
@@ -356,6 +364,8 @@ struct WideGenerator<R: WideModel> {
     let models = try await repo.fetch(FetchDescriptor())
     var gen = WideGenerator<R>(rng: SplitMix64(seed: seed ^ 0xB17E))
     var onBytes = 0
+    var (unions, indexed) = (0, 0)
+    defer { if indexed > 0 { print("\(R.self): \(indexed) plans read an index, \(unions) of them a union") } }
     for n in 0..<count {
       let predicate = gen.predicate()
       let want = try models.filter { try predicate.evaluate($0) }.map(\.id).sorted()
@@ -363,6 +373,8 @@ struct WideGenerator<R: WideModel> {
       store.byteFilters = true
       let plan = try repo.explain(d)
       if plan.contains("on record bytes") { onBytes += 1 }
+      if plan.contains("union of") { unions += 1 }
+      if plan.contains("index scan") { indexed += 1 }
       let bytes = try await repo.fetch(d).map(\.id).sorted()
       let counted = try await repo.count(matching: predicate)
       store.byteFilters = false
@@ -499,6 +511,82 @@ struct WideGenerator<R: WideModel> {
       #expect(plan.contains("then sort") == !keyOrder, "\(plan)")
       let want = users.sorted(using: descriptor).prefix(6).map(\.email)
       #expect(try await repo.fetch(d).map(\.email) == want, "\(plan)")
+    }
+  }
+}
+
+@Suite struct PlannerShapeTests {
+  /// `||` of indexed conditions, `!=`, `== nil`, `!= nil` and `!` of a
+  /// range are read from indexes, and give what an array filter gives.
+  @Test func unionsNotEqualNilAndNegatedRangesUseIndexes() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(Rec.self)
+    // Nine in ten records share a score, a name and a tag, so that `!=`
+    // those values is selective and two ranges beat a scan.
+    var records = DifferentialTests.records(Rec.self, seed: 21, count: 2_000)
+    for i in records.indices where i % 10 != 0 {
+      records[i].score = 50
+      records[i].name = "n7"
+      records[i].tag = "t3"
+    }
+    let all = records
+    try await repo.insert(contentsOf: all)
+    let none: String? = nil
+    let t3: String? = "t3"
+    let late = day(990)
+    let cases: [(String, Predicate<Rec>, String)] = [
+      ("or", #Predicate { $0.score == 5 || $0.name == "n10" }, "union of"),
+      ("or of ranges", #Predicate { $0.score < 3 || $0.created > late }, "union of"),
+      ("not equal", #Predicate { $0.score != 50 }, "union of"),
+      ("optional not equal", #Predicate { $0.tag != t3 }, "union of"),
+      ("is nil", #Predicate { $0.tag == nil }, "Rec#index:tag [00, 01)"),
+      ("is nil, a constant", #Predicate { $0.tag == none }, "Rec#index:tag [00, 01)"),
+      ("is not nil", #Predicate { $0.tag != nil }, "index scan Rec#index:tag"),
+      ("negated range", #Predicate { !($0.score < 90) }, "index scan Rec#index:score"),
+      ("negated equality", #Predicate { !($0.name == "n7") }, "union of"),
+    ]
+    for (name, predicate, shape) in cases {
+      let d = FetchDescriptor<Rec>(predicate: predicate)
+      let plan = try repo.explain(d)
+      #expect(plan.contains(shape), "\(name): \(plan)")
+      let want = try all.filter { try predicate.evaluate($0) }.map(\.id).sorted()
+      #expect(try await repo.fetch(d).map(\.id).sorted() == want, "\(name): \(plan)")
+      #expect(try await repo.count(matching: predicate) == want.count, "\(name) count: \(plan)")
+      // Batch deletes through the same plans, in a transaction rolled back.
+      struct Rollback: Error {}
+      await #expect(throws: Rollback.self) {
+        try await store.write { tx in
+          let r = try tx.repository(Rec.self)
+          #expect(try r.delete(matching: predicate) == want.count, "\(name) delete")
+          #expect(try r.count(matching: predicate) == 0, "\(name) after delete")
+          #expect(try r.count() == all.count - want.count, "\(name) left")
+          throw Rollback()
+        }
+      }
+    }
+  }
+
+  /// Floating point keeps its NaN rules: `!(x < c)` is not `x >= c`, and a
+  /// NaN constant matches nothing by `<`, `>` or `==` (its key is a key like
+  /// any other, so the planner must not use it).
+  @Test func nanIsNeverARangeBound() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(Renamed.self)
+    var rng = SplitMix64(seed: 4)
+    var all = (0..<300).map { Renamed.random($0, &rng) }
+    for i in stride(from: 0, to: all.count, by: 7) { all[i].d = .nan }
+    try await repo.insert(contentsOf: all)
+    let notANumber = Double.nan
+    let cases: [Predicate<Renamed>] = [
+      #Predicate { $0.d > 0 }, #Predicate { $0.d >= -1 }, #Predicate { !($0.d < 0) }, #Predicate { $0.d != 0.5 },
+      #Predicate { $0.d == notANumber }, #Predicate { $0.d < notANumber }, #Predicate { $0.d != notANumber },
+      #Predicate { $0.d <= 1 },
+    ]
+    for predicate in cases {
+      let want = try all.filter { try predicate.evaluate($0) }.map(\.id).sorted()
+      let plan = try repo.explain(FetchDescriptor(predicate: predicate))
+      #expect(try await repo.fetch(FetchDescriptor(predicate: predicate)).map(\.id).sorted() == want, "\(plan)")
+      #expect(try await repo.count(matching: predicate) == want.count, "\(plan)")
     }
   }
 }

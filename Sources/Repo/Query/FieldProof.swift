@@ -63,11 +63,14 @@ enum ProbeValue: Equatable {
 protocol AnyOptional {
   var anyWrapped: Any? { get }
   static var wrappedType: Any.Type { get }
+  /// nil, of this optional type.
+  static var noneValue: Any { get }
 }
 
 extension Optional: AnyOptional {
   var anyWrapped: Any? { self.map { $0 as Any } }
   static var wrappedType: Any.Type { Wrapped.self }
+  static var noneValue: Any { Wrapped?.none as Any }
 }
 
 /// The primitive types the record encoding writes directly.

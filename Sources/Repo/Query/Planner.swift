@@ -10,6 +10,9 @@ struct Plan<M>: CustomStringConvertible {
     case records(KeyRange, reverse: Bool)
     /// An index over a key range, then each record it names.
     case index(ModelSpace<M>.ResolvedIndex<M>, KeyRange, reverse: Bool)
+    /// The records each plan reads, each record once (an `||` of
+    /// conditions indexes serve, or `!=` as the ranges either side).
+    indirect case union([Plan<M>])
   }
 
   var access: Access
@@ -34,6 +37,10 @@ struct Plan<M>: CustomStringConvertible {
       how =
         "index scan \(i.keyspace) \(r == .all ? "(all)" : describe(r))" + (reverse ? " (reverse)" : "")
         + (i.index.unique ? " [unique]" : "")
+    case .union(let parts):
+      how = "union of " + parts.map { "(" + $0.description + ")" }.joined(separator: " | ") + ", each record once"
+      return [how, exact ? "no filter" : "then " + (filter ?? "filter"), ordered ? "in sort order" : "then sort"]
+        .joined(separator: ", ")
     }
     var parts = [how]
     if !used.isEmpty { parts.append("using " + used.map(\.description).joined(separator: " && ")) }
@@ -69,7 +76,15 @@ enum Planner {
     _ descriptor: FetchDescriptor<M>, space: ModelSpace<M>, built: Set<String>,
     count: (String, KeyRange) -> Double? = { _, _ in nil }
   ) -> Plan<M> where M.ID: Encodable {
-    let analysis = Analysis.of(descriptor.predicate)
+    plan(descriptor, analysis: Analysis.of(descriptor.predicate), space: space, built: built, count: count).plan
+  }
+
+  /// The cheapest plan for `analysis` (the descriptor gives sort and
+  /// limit), with its estimated cost in records read.
+  static func plan<M: Identifiable>(
+    _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>,
+    count: (String, KeyRange) -> Double?
+  ) -> (cost: Double, plan: Plan<M>) where M.ID: Encodable {
     let conditions = analysis.conditions
     let sortPaths = descriptor.sortBy.map { $0.keyPath }
     let sortReverse = descriptor.sortBy.first.map { $0.order == .reverse } ?? false
@@ -106,7 +121,7 @@ enum Planner {
           return try KeyEncoding.encode(id)
         })
     {
-      let exact = analysis.complete && idConditions.count == conditions.count
+      let exact = analysis.complete && r.used.count == conditions.count
       if r.isEquality, let key = r.range.lower {
         candidates.append((1, Plan(access: .id(key), ordered: true, exact: exact, used: r.used)))
         narrowest = 1
@@ -129,7 +144,8 @@ enum Planner {
       for (i, path) in index.keyPaths.enumerated() {
         let mine = conditions.filter { $0.keyPath == path }
         guard !mine.isEmpty else { break }
-        if let eq = mine.first(where: { $0.op == .equal }), let bytes = (try? index.encodeComponent[i](eq.value)) ?? nil
+        if let eq = mine.first(where: { $0.op == .equal && !isNaN($0.value) }),
+          let bytes = (try? index.encodeComponent[i](eq.value)) ?? nil
         {
           prefix += bytes
           used.append(UsedCondition(keyPath: path, op: .equal))
@@ -139,7 +155,9 @@ enum Planner {
         if let r = range(mine, prefix: prefix, encode: index.encodeComponent[i]) {
           rangePart = r
           used += r.used
-          consumed += mine.count
+          // Only what the range used: a condition it could not encode (or
+          // a NaN) is left to the filter.
+          consumed += r.used.count
         }
         break
       }
@@ -184,7 +202,25 @@ enum Planner {
       exact: analysis.complete && conditions.isEmpty, used: [])
     candidates.append((idOrdered ? reach : cost(rows: total, ordered: false), scan))
 
-    return candidates.min { $0.cost < $1.cost }!.plan
+    // 5. An `||` (or a `!=`): the union of each branch's own best range,
+    //    when none of them needs a full scan. Records come in no order, each
+    //    once (a set of the keys seen), so it costs a little more per record.
+    if let branches = analysis.branches, branches.count <= 16 {
+      var parts: [Plan<M>] = []
+      var rows = 0.0
+      for b in branches {
+        let (c, p) = plan(FetchDescriptor<M>(), analysis: b, space: space, built: built, count: count)
+        if case .records(.all, _) = p.access { return candidates.min { $0.cost < $1.cost }! }
+        if case .index(_, .all, _) = p.access { return candidates.min { $0.cost < $1.cost }! }
+        parts.append(p)
+        rows += c
+      }
+      let ordered = sortPaths.isEmpty
+      let union = Plan<M>(access: .union(parts), ordered: ordered, exact: parts.allSatisfy(\.exact), used: [])
+      candidates.append((cost(rows: rows * 1.2, ordered: ordered), union))
+    }
+
+    return candidates.min { $0.cost < $1.cost }!
   }
 
   /// Whether `keyPath` reads a model's `id`: `\M.id` as generic code forms
@@ -224,8 +260,25 @@ enum Planner {
       if upper == nil || candidate.lexicographicallyPrecedes(upper!) { upper = candidate }
     }
     raise(prefix + [1])
+    // Floating-point keys put every NaN above +infinity, and NaN compares
+    // false with everything: a range open upwards stops at +infinity.
+    if let top = floatingInfinityKey(encode) { lowerUpper(KeyRange.successor(ofPrefix: prefix + top)) }
     var equality = false
+    // `== nil`: exactly the entries whose marker is 0x00; `!= nil`: the
+    // present values, where every range starts anyway.
+    if let isNil = conditions.first(where: { isNilConstant($0.value) && $0.op == .equal }) {
+      let r = KeyRange(from: prefix + [0], to: prefix + [1])
+      return (r, [UsedCondition(keyPath: isNil.keyPath, op: .equal)], conditions.count == 1)
+    }
     for c in conditions {
+      if isNilConstant(c.value) {
+        if c.op == .notEqual { used.append(UsedCondition(keyPath: c.keyPath, op: c.op)) }
+        continue
+      }
+      // A NaN constant matches nothing by `<`, `>` or `==`, but its key is
+      // a key like any other: leave the condition to the filter. `!=` a
+      // value is two ranges: an index union (Analysis.branches) reads it.
+      if isNaN(c.value) || c.op == .notEqual { continue }
       guard let bytes = (try? encode(c.value)) ?? nil else { continue }
       let full = prefix + bytes
       switch c.op {
@@ -237,6 +290,7 @@ enum Planner {
       case .lessOrEqual: lowerUpper(KeyRange.successor(ofPrefix: full))
       case .greater: if let s = KeyRange.successor(ofPrefix: full) { raise(s) }
       case .greaterOrEqual: raise(full)
+      case .notEqual: continue
       }
       used.append(UsedCondition(keyPath: c.keyPath, op: c.op))
     }
@@ -246,6 +300,25 @@ enum Planner {
   }
 
   static func name(_ keyPath: AnyKeyPath) -> String { Index<Any>.componentName(keyPath) }
+
+  /// Whether `value` is a floating-point NaN (or a Date of NaN seconds), through optionals.
+  static func isNaN(_ value: Any) -> Bool {
+    if let o = value as? any AnyOptional { return o.anyWrapped.map(isNaN) ?? false }
+    switch value {
+    case let d as Double: return d.isNaN
+    case let f as Float: return f.isNaN
+    case let date as Date: return date.timeIntervalSinceReferenceDate.isNaN
+    default: return false
+    }
+  }
+
+  /// The key of +infinity if the component is floating point (Double,
+  /// Float or Date), else nil.
+  static func floatingInfinityKey(_ encode: (Any) throws -> [UInt8]?) -> [UInt8]? {
+    let candidates: [Any] = [Double.infinity, Float.infinity, Date(timeIntervalSinceReferenceDate: .infinity)]
+    for c in candidates { if let key = (try? encode(c)) ?? nil { return key } }
+    return nil
+  }
 }
 
 /// A fact per key path, remembered across queries and threads.

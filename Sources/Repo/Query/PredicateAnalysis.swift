@@ -6,11 +6,13 @@ import Foundation
 /// `#Predicate` can express still gets the right answer.
 struct Condition {
   enum Op: CustomStringConvertible {
-    case equal, less, lessOrEqual, greater, greaterOrEqual
+    case equal, notEqual, less, lessOrEqual, greater, greaterOrEqual
 
+    /// The same comparison with its sides swapped.
     var flipped: Op {
       switch self {
       case .equal: .equal
+      case .notEqual: .notEqual
       case .less: .greater
       case .lessOrEqual: .greaterOrEqual
       case .greater: .less
@@ -18,9 +20,23 @@ struct Condition {
       }
     }
 
+    /// The comparison that holds exactly when this one does not: true for
+    /// values with a total order, not for floating point (NaN).
+    var negated: Op {
+      switch self {
+      case .equal: .notEqual
+      case .notEqual: .equal
+      case .less: .greaterOrEqual
+      case .lessOrEqual: .greater
+      case .greater: .lessOrEqual
+      case .greaterOrEqual: .less
+      }
+    }
+
     var description: String {
       switch self {
       case .equal: "=="
+      case .notEqual: "!="
       case .less: "<"
       case .lessOrEqual: "<="
       case .greater: ">"
@@ -41,8 +57,28 @@ struct Analysis {
   var conditions: [Condition] = []
   /// Whether the predicate is exactly the conjunction of `conditions`.
   var complete = true
+  /// When the predicate is exactly the disjunction (`||`) of simpler ones,
+  /// their analyses: an index union may serve it. (`a != c` is `a < c ||
+  /// a > c`, and `|| a == nil` for an optional.)
+  var branches: [Analysis]? = nil
 
   static var opaque: Analysis { Analysis(conditions: [], complete: false) }
+
+  /// One condition; `!=` also as the branches an index union reads.
+  static func single(_ c: Condition) -> Analysis {
+    var a = Analysis(conditions: [c])
+    if c.op == .notEqual, !isNilConstant(c.value), !isFloatingPoint(c.keyPath) {
+      var branches = [
+        Analysis(conditions: [Condition(keyPath: c.keyPath, op: .less, value: c.value)]),
+        Analysis(conditions: [Condition(keyPath: c.keyPath, op: .greater, value: c.value)]),
+      ]
+      if type(of: c.keyPath).valueType is any AnyOptional.Type {
+        branches.append(Analysis(conditions: [Condition(keyPath: c.keyPath, op: .equal, value: nilOf(c.value))]))
+      }
+      a.branches = branches
+    }
+    return a
+  }
 
   static func of<M>(_ predicate: Predicate<M>?) -> Analysis {
     guard let predicate else { return Analysis() }
@@ -89,19 +125,55 @@ extension PredicateExpressions.ForcedUnwrap: KeyPathExpression {
   var modelKeyPath: AnyKeyPath? { (inner as? any KeyPathExpression)?.modelKeyPath }
 }
 
+extension PredicateExpressions.NilLiteral: ConstantExpression {
+  var constant: Any { Wrapped?.none as Any }
+}
+
+/// Whether a constant is nil (an optional without a value).
+func isNilConstant(_ value: Any) -> Bool {
+  guard let o = value as? any AnyOptional else { return false }
+  return o.anyWrapped == nil
+}
+
+/// A nil of the same optional type as `value` (nil itself, typed).
+private func nilOf(_ value: Any) -> Any {
+  (type(of: value) as? any AnyOptional.Type)?.noneValue ?? (Int?.none as Any)
+}
+
+/// Whether the key path's values are floating point (Double, Float or a
+/// Date), where `!(a < b)` is not `a >= b`: NaN.
+func isFloatingPoint(_ keyPath: AnyKeyPath) -> Bool {
+  let t = storageType(type(of: keyPath).valueType)
+  return t == Double.self || t == Float.self || t == Date.self
+}
+
 /// A comparison of a key path with a constant, either way round.
 private func condition(_ lhs: Any, _ rhs: Any, _ op: Condition.Op) -> Analysis {
   if let kp = (lhs as? any KeyPathExpression)?.modelKeyPath, let c = rhs as? any ConstantExpression {
-    return Analysis(conditions: [Condition(keyPath: kp, op: op, value: c.constant)])
+    return .single(Condition(keyPath: kp, op: op, value: c.constant))
   }
   if let kp = (rhs as? any KeyPathExpression)?.modelKeyPath, let c = lhs as? any ConstantExpression {
-    return Analysis(conditions: [Condition(keyPath: kp, op: op.flipped, value: c.constant)])
+    return .single(Condition(keyPath: kp, op: op.flipped, value: c.constant))
   }
   return .opaque
 }
 
 extension PredicateExpressions.Equal: PlannableExpression {
   func analyze() -> Analysis { condition(lhs, rhs, .equal) }
+}
+
+extension PredicateExpressions.NotEqual: PlannableExpression {
+  func analyze() -> Analysis { condition(lhs, rhs, .notEqual) }
+}
+
+extension PredicateExpressions.Disjunction: PlannableExpression {
+  func analyze() -> Analysis {
+    let l = (lhs as? any PlannableExpression)?.analyze() ?? .opaque
+    let r = (rhs as? any PlannableExpression)?.analyze() ?? .opaque
+    // As a conjunction it is opaque; as a union, the branches of both sides.
+    func parts(_ a: Analysis) -> [Analysis] { a.branches ?? [a] }
+    return Analysis(conditions: [], complete: false, branches: parts(l) + parts(r))
+  }
 }
 
 extension PredicateExpressions.Comparison: PlannableExpression {
@@ -140,10 +212,20 @@ extension PredicateExpressions.KeyPath: PlannableExpression where Output == Bool
   }
 }
 
-// `!$0.done`: `done == false`; any other negation is left to evaluation.
+// `!$0.done`: `done == false`; `!(a < c)`: `a >= c` (not for floating
+// point, where NaN makes them differ); `!(a == c)`: `a != c`. Any other
+// negation is left to evaluation.
 extension PredicateExpressions.Negation: PlannableExpression {
   func analyze() -> Analysis {
-    guard let kp = (wrapped as? any KeyPathExpression)?.modelKeyPath else { return .opaque }
-    return Analysis(conditions: [Condition(keyPath: kp, op: .equal, value: false)])
+    if let kp = (wrapped as? any KeyPathExpression)?.modelKeyPath {
+      return Analysis(conditions: [Condition(keyPath: kp, op: .equal, value: false)])
+    }
+    guard let inner = (wrapped as? any PlannableExpression)?.analyze(), inner.complete,
+      inner.conditions.count == 1
+    else { return .opaque }
+    let c = inner.conditions[0]
+    let ordering = c.op != .equal && c.op != .notEqual
+    if ordering && isFloatingPoint(c.keyPath) { return .opaque }
+    return .single(Condition(keyPath: c.keyPath, op: c.op.negated, value: c.value))
   }
 }
