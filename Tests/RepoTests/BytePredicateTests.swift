@@ -396,7 +396,7 @@ struct WideGenerator<R: WideModel> {
 
   @Test func randomPredicatesAgreeOnBytesDecodedAndInAnArray() async throws {
     let seed = testSeed()
-    let count = runningUnderTSan ? 60 : 400
+    let count = runningUnderTSan ? 15 : 400
     let wide = try await differential(Wide.self, seed: seed, count: count)
     let renamed = try await differential(Renamed.self, seed: seed, count: count)
     let custom = try await differential(Custom.self, seed: seed, count: count)
