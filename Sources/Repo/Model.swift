@@ -30,8 +30,9 @@ extension IndexedModel {
 /// An index over one or more key paths of a model.
 ///
 /// Queries whose predicate compares an indexed key path with a constant
-/// (`==`, `<`, `<=`, `>`, `>=`, ranges joined by `&&`), or that sort by it,
-/// read the index instead of every record. A unique index also rejects a
+/// (`==`, `!=`, `<`, `<=`, `>`, `>=`, `== nil`, ranges joined by `&&`, `||`
+/// of such conditions, `!` of a range), or that sort by it, read the index
+/// instead of every record. A unique index also rejects a
 /// second record with the same value (`RepoError.Code.uniqueViolation`),
 /// rolling the transaction back.
 public struct Index<Model>: @unchecked Sendable {

@@ -263,7 +263,7 @@ where M.ID: Codable & Hashable & Sendable {
       }
       return out
     }
-    let comparator = SortComparator(d.sortBy)
+    let comparator = SortComparator(d)
     if let limit {
       var top = TopK<M>(capacity: offset + limit, less: comparator.less)
       try scan(plan, reader) { key, bytes, _ in

@@ -566,6 +566,54 @@ struct WideGenerator<R: WideModel> {
     }
   }
 
+  struct Event: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+    var id: Int
+    var kind: Int
+    var at: Int
+    static let indexes: [Index<Event>] = [.index(\.kind, \.at)]
+  }
+
+  /// A sort key the predicate fixes with `==` orders nothing, so the rest
+  /// may go the other way: read from the compound index backwards.
+  @Test func mixedDirectionSortsOverAFixedPrefixUseTheIndex() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(Event.self)
+    var rng = SplitMix64(seed: 8)
+    // Few distinct times, so ties are common.
+    let all = (0..<1_000).map { Event(id: $0, kind: Int(rng.next() % 5), at: Int(rng.next() % 40)) }
+    try await repo.insert(contentsOf: all)
+    func reference(_ d: FetchDescriptor<Event>, tiesReverse: Bool) throws -> [Int] {
+      let matching = try all.filter { try d.predicate?.evaluate($0) ?? true }
+      let sorted = matching.sorted { a, b in
+        for s in d.sortBy {
+          let r = s.compare(a, b)
+          if r != .orderedSame { return r == .orderedAscending }
+        }
+        return tiesReverse ? a.id > b.id : a.id < b.id
+      }
+      return Array(sorted.prefix(d.fetchLimit ?? .max).map(\.id))
+    }
+
+    var d = FetchDescriptor<Event>(
+      predicate: #Predicate { $0.kind == 3 },
+      sortBy: [SortDescriptor(\.kind), SortDescriptor(\.at, order: .reverse)])
+    d.fetchLimit = 25
+    let plan = try repo.explain(d)
+    #expect(plan.contains("index scan Event#index:kind+at") && plan.contains("(reverse)"), "\(plan)")
+    #expect(plan.contains("in sort order"), "\(plan)")
+    // Ties (equal times) in descending id order: the first open descriptor
+    // (at, reversed) says so, not the fixed first one.
+    #expect(try await repo.fetch(d).map(\.id) == (try reference(d, tiesReverse: true)), "\(plan)")
+
+    // Sorted by a prefix of an index only, ties inside it would follow the
+    // next component, not the key: that sort is done in memory.
+    var prefixOnly = FetchDescriptor<Event>(sortBy: [SortDescriptor(\.kind, order: .reverse)])
+    prefixOnly.fetchLimit = 30
+    let prefixPlan = try repo.explain(prefixOnly)
+    #expect(prefixPlan.contains("then sort"), "\(prefixPlan)")
+    #expect(try await repo.fetch(prefixOnly).map(\.id) == (try reference(prefixOnly, tiesReverse: true)))
+  }
+
   /// Floating point keeps its NaN rules: `!(x < c)` is not `x >= c`, and a
   /// NaN constant matches nothing by `<`, `>` or `==` (its key is a key like
   /// any other, so the planner must not use it).

@@ -1,8 +1,9 @@
 import Engine
 import EngineTestSupport
 import Foundation
-import Repo
 import Testing
+
+@testable import Repo
 
 /// The fields both record types share, as key paths.
 protocol RecFields: Codable, Sendable, Identifiable where ID == Int {
@@ -155,11 +156,14 @@ struct PredicateGenerator<R: RecFields> {
     }
   }
 
-  /// What the store must return: filter, sort (ties by id, in the first
-  /// sort's direction), window.
+  /// What the store must return: filter, sort (ties by id, in the
+  /// direction of the first sort on a key path the predicate does not fix
+  /// with `==`), window.
   static func reference<R: RecFields>(_ all: [R], _ d: FetchDescriptor<R>) throws -> [R] {
     var out = try all.filter { try d.predicate?.evaluate($0) ?? true }
-    let reverseTies = d.sortBy.first?.order == .reverse
+    let fixed = Analysis.of(d.predicate).fixedKeyPaths
+    let reverseTies =
+      (d.sortBy.first { $0.keyPath.map { !fixed.contains($0) } ?? true } ?? d.sortBy.first)?.order == .reverse
     out.sort { a, b in
       for s in d.sortBy {
         let r = s.compare(a, b)

@@ -62,7 +62,7 @@ where Model.ID: Codable & Hashable & Sendable {
         if let m = try access.match(matches, key, bytes) { matched.append((m, Array(key))) }
         return true
       }
-      let comparator = SortComparator(d.sortBy)
+      let comparator = SortComparator(d)
       let sorted = matched.sorted(by: comparator.less)
       keys = sorted.dropFirst(offset).prefix(limit).map(\.1)
     }

@@ -87,8 +87,23 @@ enum Planner {
   ) -> (cost: Double, plan: Plan<M>) where M.ID: Encodable {
     let conditions = analysis.conditions
     let sortPaths = descriptor.sortBy.map { $0.keyPath }
-    let sortReverse = descriptor.sortBy.first.map { $0.order == .reverse } ?? false
-    let sortUniform = descriptor.sortBy.allSatisfy { ($0.order == .reverse) == sortReverse }
+    // Sort keys the predicate fixes with `==` have one value in every result:
+    // they order nothing, so only the others ("open") must match an index,
+    // and they may go either way (`category == c`, sorted by category up and
+    // date down, is the (category, date) index read backwards). Ties follow
+    // the first open descriptor, as SortComparator orders them.
+    let fixed = analysis.fixedKeyPaths
+    let open = descriptor.sortBy.filter { $0.keyPath.map { !fixed.contains($0) } ?? true }
+    let openPaths = open.map { $0.keyPath }
+    let sortReverse = SortComparator<M>.tiesReverse(descriptor.sortBy, fixed: fixed)
+    let sortUniform = open.allSatisfy { ($0.order == .reverse) == sortReverse }
+    /// Whether reading `components` in order gives the sort: the open
+    /// descriptors are exactly its components that are not fixed (all of
+    /// them, or ties inside the index's order would not be by key).
+    func matchesSort(_ components: [AnyKeyPath]) -> Bool {
+      let free = components.filter { !fixed.contains($0) }
+      return sortUniform && openPaths.count == free.count && zip(openPaths, free).allSatisfy { $0 == $1 }
+    }
     // Keys keep values in their type's `<` order (strings: by the Unicode
     // scalars of their NFC form, which is how Swift compares them). A
     // descriptor with a string comparator — `.localizedStandard`, the
@@ -100,7 +115,9 @@ enum Planner {
 
     // Sorted by id (or not sorted): the records keyspace is in id order.
     let idOrdered =
-      sortPaths.isEmpty || (keyOrder && sortPaths.count == 1 && sortPaths[0].map { isID($0, M.self) } == true)
+      sortPaths.isEmpty
+      || (keyOrder && sortUniform
+        && (openPaths.isEmpty || (openPaths.count == 1 && openPaths[0].map { isID($0, M.self) } == true)))
 
     /// Records read, plus the sort when the order is not given.
     func cost(rows: Double, ordered: Bool) -> Double {
@@ -165,11 +182,7 @@ enum Planner {
       let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyRange.successor(ofPrefix: prefix))
       // Index order matches the sort when the sort keys are the index's
       // components after the equality prefix.
-      let eqCount = used.count - (rangePart?.used.count ?? 0)
-      let rest = Array(index.keyPaths.dropFirst(eqCount))
-      let ordered =
-        sortPaths.isEmpty
-        || (keyOrder && sortUniform && sortPaths.count <= rest.count && zip(sortPaths, rest).allSatisfy { $0 == $1 })
+      let ordered = sortPaths.isEmpty || (keyOrder && matchesSort(index.keyPaths))
       let exact = analysis.complete && consumed == conditions.count
       let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
       narrowest = min(narrowest, rows)
@@ -186,7 +199,7 @@ enum Planner {
     if !sortPaths.isEmpty, sortUniform, keyOrder {
       for resolved in space.indexes where built.contains(resolved.index.name) {
         let paths = resolved.index.keyPaths
-        if sortPaths.count <= paths.count && zip(sortPaths, paths).allSatisfy({ $0 == $1 }) {
+        if matchesSort(paths) {
           let plan = Plan<M>(
             access: .index(resolved, .all, reverse: sortReverse), ordered: true,
             exact: analysis.complete && conditions.isEmpty,

@@ -64,6 +64,12 @@ struct Analysis {
 
   static var opaque: Analysis { Analysis(conditions: [], complete: false) }
 
+  /// Key paths every matching record has one value of: those compared with
+  /// `==` at the top (a NaN matches nothing, so it fixes nothing useful).
+  var fixedKeyPaths: Set<AnyKeyPath> {
+    Set(conditions.filter { $0.op == .equal && !Planner.isNaN($0.value) }.map(\.keyPath))
+  }
+
   /// One condition; `!=` also as the branches an index union reads.
   static func single(_ c: Condition) -> Analysis {
     var a = Analysis(conditions: [c])

@@ -2,16 +2,28 @@ import Foundation
 
 /// A total order over models from sort descriptors. Records equal on every
 /// descriptor are ordered by their key (the id's key encoding), ascending
-/// when the first descriptor is ascending and descending when it is
-/// reversed: the order an index scan yields them in, so every plan gives
-/// the same result.
+/// or descending as the first descriptor on a key path the predicate does
+/// not fix with `==` (a fixed one has one value in every result and orders
+/// nothing; the first descriptor's when all are fixed): the order an index
+/// scan yields them in, so every plan gives the same result.
 struct SortComparator<M> {
   let descriptors: [SortDescriptor<M>]
   let reverseTies: Bool
 
-  init(_ descriptors: [SortDescriptor<M>]) {
+  init(_ descriptors: [SortDescriptor<M>], fixed: Set<AnyKeyPath> = []) {
     self.descriptors = descriptors
-    reverseTies = descriptors.first?.order == .reverse
+    reverseTies = Self.tiesReverse(descriptors, fixed: fixed)
+  }
+
+  /// Whether ties go in descending key order (see the type's comment).
+  static func tiesReverse(_ descriptors: [SortDescriptor<M>], fixed: Set<AnyKeyPath>) -> Bool {
+    let first = descriptors.first { $0.keyPath.map { !fixed.contains($0) } ?? true } ?? descriptors.first
+    return first?.order == .reverse
+  }
+
+  /// The comparator for a fetch: fixed key paths from its predicate.
+  init(_ d: FetchDescriptor<M>) {
+    self.init(d.sortBy, fixed: Analysis.of(d.predicate).fixedKeyPaths)
   }
 
   func compare(_ a: M, _ b: M) -> ComparisonResult {
