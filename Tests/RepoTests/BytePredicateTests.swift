@@ -233,17 +233,6 @@ extension WideModel {
   }
 }
 
-typealias WideExpr = any StandardPredicateExpression<Bool>
-
-// Existentials opened into the generic expressions.
-private func both<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
-  -> WideExpr
-{ PredicateExpressions.Conjunction(lhs: a, rhs: b) }
-private func either<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
-  -> WideExpr
-{ PredicateExpressions.Disjunction(lhs: a, rhs: b) }
-private func not<A: StandardPredicateExpression<Bool>>(_ a: A) -> WideExpr { PredicateExpressions.Negation(a) }
-
 /// Random predicates over a wide model's fields.
 struct WideGenerator<R: WideModel> {
   var rng: SplitMix64
@@ -253,7 +242,7 @@ struct WideGenerator<R: WideModel> {
 
   mutating func compare<V: Comparable & Codable & Sendable>(
     _ v: PredicateExpressions.Variable<R>, _ kp: KeyPath<R, V> & Sendable, _ c: V
-  ) -> WideExpr {
+  ) -> AnyBoolExpr {
     let lhs = PredicateExpressions.KeyPath(root: v, keyPath: kp)
     let rhs = PredicateExpressions.Value(c)
     let op: PredicateExpressions.ComparisonOperator = [.lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual][
@@ -268,7 +257,7 @@ struct WideGenerator<R: WideModel> {
 
   mutating func equal<V: Equatable & Codable & Sendable>(
     _ v: PredicateExpressions.Variable<R>, _ kp: KeyPath<R, V> & Sendable, _ c: V
-  ) -> WideExpr {
+  ) -> AnyBoolExpr {
     let lhs = PredicateExpressions.KeyPath(root: v, keyPath: kp)
     if int(2) == 0 { return PredicateExpressions.Equal(lhs: lhs, rhs: PredicateExpressions.Value(c)) }
     return PredicateExpressions.NotEqual(lhs: lhs, rhs: PredicateExpressions.Value(c))
@@ -276,7 +265,7 @@ struct WideGenerator<R: WideModel> {
 
   mutating func word() -> String { words[int(words.count)] }
 
-  mutating func leaf(_ v: PredicateExpressions.Variable<R>) -> WideExpr {
+  mutating func leaf(_ v: PredicateExpressions.Variable<R>) -> AnyBoolExpr {
     switch int(26) {
     case 0: return compare(v, p.i8, Int8(int(20) - 10))
     case 1: return compare(v, p.i16, Int16(int(200) - 100))
@@ -331,14 +320,14 @@ struct WideGenerator<R: WideModel> {
     }
   }
 
-  mutating func expression(_ v: PredicateExpressions.Variable<R>, depth: Int) -> WideExpr {
+  mutating func expression(_ v: PredicateExpressions.Variable<R>, depth: Int) -> AnyBoolExpr {
     if depth == 0 || int(3) == 0 { return leaf(v) }
     let a = expression(v, depth: depth - 1)
     let b = expression(v, depth: depth - 1)
     switch int(4) {
-    case 0, 1: return both(a, b)
-    case 2: return either(a, b)
-    default: return not(a)
+    case 0, 1: return conjunction(a, b)
+    case 2: return disjunction(a, b)
+    default: return negation(a)
     }
   }
 

@@ -47,13 +47,13 @@ extension PlainRec: RecFields {
 
 typealias AnyBoolExpr = any StandardPredicateExpression<Bool>
 
-private func conjunction<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
+func conjunction<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
   -> AnyBoolExpr
 { PredicateExpressions.Conjunction(lhs: a, rhs: b) }
-private func disjunction<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
+func disjunction<A: StandardPredicateExpression<Bool>, B: StandardPredicateExpression<Bool>>(_ a: A, _ b: B)
   -> AnyBoolExpr
 { PredicateExpressions.Disjunction(lhs: a, rhs: b) }
-private func negation<A: StandardPredicateExpression<Bool>>(_ a: A) -> AnyBoolExpr { PredicateExpressions.Negation(a) }
+func negation<A: StandardPredicateExpression<Bool>>(_ a: A) -> AnyBoolExpr { PredicateExpressions.Negation(a) }
 
 /// Random predicates, built as expression trees at run time.
 struct PredicateGenerator<R: RecFields> {

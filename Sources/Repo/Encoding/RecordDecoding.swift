@@ -185,7 +185,7 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     return try name.withUTF8 { utf8 -> Int? in
       // 0. The next field in order, with a name under 128 bytes (one length
       //    byte) and a value `quickSkip` can step over: almost every field.
-      if index < count, let value = quickMatch(at: cursor, named: utf8), let next = quickSkip(at: value) {
+      if index < count, let value = quickMatch(at: cursor, named: utf8), let next = decoder.raw.quickSkip(at: value) {
         remember(index, cursor)
         cursor = next
         index += 1
@@ -245,30 +245,6 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     guard n == name.count, n < 0x80, offset + 1 + n <= b.count else { return nil }
     guard n == 0 || memcmp(b.baseAddress! + offset + 1, name.baseAddress!, n) == 0 else { return nil }
     return offset + 1 + n
-  }
-
-  /// The offset past a scalar value at `offset` (one-byte-length strings,
-  /// varints, fixed widths); nil for anything else, or anything out of bounds.
-  @inline(__always)
-  private func quickSkip(at offset: Int) -> Int? {
-    let b = decoder.bytes
-    guard offset < b.count else { return nil }
-    var o = offset + 1
-    let end: Int
-    switch b[offset] {
-    case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
-    case RecordTag.int.rawValue, RecordTag.uint.rawValue:
-      while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
-      end = o + 1
-    case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
-    case RecordTag.float.rawValue: end = o + 4
-    case RecordTag.uuid.rawValue: end = o + 16
-    case RecordTag.string.rawValue, RecordTag.data.rawValue:
-      guard o < b.count, b[o] < 0x80 else { return nil }
-      end = o + 1 + Int(b[o])
-    default: return nil
-    }
-    return end <= b.count ? end : nil
   }
 
   func contains(_ key: Key) -> Bool { ((try? find(key)) ?? nil) != nil }
@@ -578,6 +554,31 @@ struct RecordBytes {
     case nil:
       throw corrupt("unknown tag \(bytes[start])", path)
     }
+  }
+
+  /// The offset past a scalar value at `offset` (one-byte-length strings,
+  /// varints, fixed widths); nil for anything else, or anything out of
+  /// bounds: the fast path before `skip`.
+  @inline(__always)
+  func quickSkip(at offset: Int) -> Int? {
+    let b = bytes
+    guard offset < b.count else { return nil }
+    var o = offset + 1
+    let end: Int
+    switch b[offset] {
+    case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
+    case RecordTag.int.rawValue, RecordTag.uint.rawValue:
+      while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
+      end = o + 1
+    case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
+    case RecordTag.float.rawValue: end = o + 4
+    case RecordTag.uuid.rawValue: end = o + 16
+    case RecordTag.string.rawValue, RecordTag.data.rawValue:
+      guard o < b.count, b[o] < 0x80 else { return nil }
+      end = o + 1 + Int(b[o])
+    default: return nil
+    }
+    return end <= b.count ? end : nil
   }
 
   func int64(at offset: Int, _ path: [any CodingKey]) throws -> Int64 {

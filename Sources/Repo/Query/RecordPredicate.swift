@@ -63,7 +63,8 @@ extension RecordField {
         {
           return value
         }
-        guard let next = quickSkip(record, value) ?? (try? RecordBytes(record).skip(at: value, [])) else { return nil }
+        let r = RecordBytes(record)
+        guard let next = r.quickSkip(at: value) ?? (try? r.skip(at: value, [])) else { return nil }
         o = next
       } else {
         let r = RecordBytes(record)
@@ -74,29 +75,6 @@ extension RecordField {
       }
     }
     return -1
-  }
-
-  /// The offset past a scalar value (or a short string) at `offset`; nil
-  /// for anything else (the careful skip takes over) or anything past the end.
-  @inline(__always)
-  static func quickSkip(_ b: UnsafeRawBufferPointer, _ offset: Int) -> Int? {
-    guard offset < b.count else { return nil }
-    var o = offset + 1
-    let end: Int
-    switch b[offset] {
-    case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
-    case RecordTag.int.rawValue, RecordTag.uint.rawValue:
-      while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
-      end = o + 1
-    case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
-    case RecordTag.float.rawValue: end = o + 4
-    case RecordTag.uuid.rawValue: end = o + 16
-    case RecordTag.string.rawValue, RecordTag.data.rawValue:
-      guard o < b.count, b[o] < 0x80 else { return nil }
-      end = o + 1 + Int(b[o])
-    default: return nil
-    }
-    return end <= b.count ? end : nil
   }
 
   /// The value at `offset`, read as the field's kind.
