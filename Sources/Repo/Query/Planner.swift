@@ -292,6 +292,11 @@ enum Planner {
       // a key like any other: leave the condition to the filter. `!=` a
       // value is two ranges: an index union (Analysis.branches) reads it.
       if isNaN(c.value) || c.op == .notEqual { continue }
+      // Swift's `<` on strings does not always agree with the order of
+      // their NFC bytes, which is the keys' order, once the constant is not
+      // ASCII ("résumé 3" > "résumé" can be false): only `==` (canonical
+      // equivalence, which NFC keys keep exactly) may bound a range then.
+      if c.op != .equal && isNonASCIIString(c.value) { continue }
       guard let bytes = (try? encode(c.value)) ?? nil else { continue }
       let full = prefix + bytes
       switch c.op {
@@ -323,6 +328,13 @@ enum Planner {
     case let date as Date: return date.timeIntervalSinceReferenceDate.isNaN
     default: return false
     }
+  }
+
+  /// Whether `value` is a string (through optionals) with a non-ASCII byte.
+  static func isNonASCIIString(_ value: Any) -> Bool {
+    if let o = value as? any AnyOptional { return o.anyWrapped.map(isNonASCIIString) ?? false }
+    guard let s = value as? String else { return false }
+    return !s.utf8.allSatisfy { $0 < 0x80 }
   }
 
   /// The key of +infinity if the component is floating point (Double,
