@@ -125,6 +125,8 @@ struct ModelSpace<M>: @unchecked Sendable {
   let meta: String
   let indexes: [ResolvedIndex<M>]
   let counters: RepoCounters
+  /// Plans made for this model's queries.
+  let plans = PlanCache<M>()
 
   struct ResolvedIndex<Model> {
     let index: Index<Model>

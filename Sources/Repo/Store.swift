@@ -8,6 +8,8 @@ final class RepoCounters: Sendable {
   let recordsRead = Atomic<Int>(0)
   /// Records decoded through the model's `init(from:)`.
   let recordsDecoded = Atomic<Int>(0)
+  /// Query plans made (not taken from a model's PlanCache).
+  let plansMade = Atomic<Int>(0)
   /// Whether predicates are tested on record bytes (tests turn it off to
   /// compare both paths on one store).
   let byteFilters = Atomic<Bool>(byteTestsEnabled)
@@ -64,6 +66,11 @@ public final class Store: Sendable {
   /// filter saves shows here (records a query tested but did not decode are
   /// in ``recordsRead`` only).
   public var recordsDecoded: Int { counters.recordsDecoded.load(ordering: .relaxed) }
+
+  /// Query plans made since the store was opened; a query run again with
+  /// the same shape, constants, sort and window reuses its plan and does not
+  /// count.
+  public var plansMade: Int { counters.plansMade.load(ordering: .relaxed) }
 
   /// Whether queries test predicates on record bytes where they can (on by
   /// default; off means every record a query reads is decoded first).

@@ -66,7 +66,9 @@ private func describe(_ r: KeyRange) -> String {
 }
 
 enum Planner {
-  /// Chooses how to run `descriptor`, using only indexes in `built`.
+  /// Chooses how to run `descriptor`, using only indexes in `built`; a
+  /// query planned before (same shape, constants, sort and window) reuses
+  /// its plan (``PlanCache``).
   ///
   /// Cost-based: `count(keyspace, range)` (O(log n) on the engine's
   /// counted trees) says how many entries each candidate range holds, so a
@@ -76,7 +78,18 @@ enum Planner {
     _ descriptor: FetchDescriptor<M>, space: ModelSpace<M>, built: Set<String>,
     count: (String, KeyRange) -> Double? = { _, _ in nil }
   ) -> Plan<M> where M.ID: Encodable {
-    plan(descriptor, analysis: Analysis.of(descriptor.predicate), space: space, built: built, count: count).plan
+    let analysis = Analysis.of(descriptor.predicate)
+    func make() -> Plan<M> {
+      space.counters.plansMade.add(1, ordering: .relaxed)
+      return plan(descriptor, analysis: analysis, space: space, built: built, count: count).plan
+    }
+    // Costs depend on how many records there are: a plan made for a
+    // hundred is made again for a thousand (the count is O(1)).
+    let records = count(space.records, .all).map { Int($0).bitWidth - Int($0).leadingZeroBitCount } ?? -1
+    guard let key = PlanCache<M>.key(descriptor, analysis: analysis, built: built, records: records) else {
+      return make()
+    }
+    return space.plans.plan(for: key, make: make)
   }
 
   /// The cheapest plan for `analysis` (the descriptor gives sort and

@@ -1,0 +1,108 @@
+import Foundation
+import Repo
+import Testing
+
+/// Plans are cached per query (shape, constants, sort, window, indexes
+/// built, records to a power of two); a cached plan must never change an
+/// answer.
+@Suite struct PlanCacheTests {
+  static func todos(_ n: Int) -> [Todo] {
+    (0..<n).map { Todo(id: $0, title: "t\($0)", done: $0 % 100 != 0, createdAt: day($0)) }
+  }
+
+  @Test func aRepeatedQueryReusesItsPlanAndNewConstantsGetTheirOwn() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    let all = Self.todos(2_000)
+    try await todos.insert(contentsOf: all)
+
+    func newest(after n: Int, limit: Int) -> FetchDescriptor<Todo> {
+      let cutoff = day(n)
+      var d = FetchDescriptor<Todo>(
+        predicate: #Predicate { $0.createdAt > cutoff }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+      d.fetchLimit = limit
+      return d
+    }
+    func want(after n: Int, limit: Int) -> [Int] {
+      Array(all.filter { $0.createdAt > day(n) }.sorted { $0.createdAt > $1.createdAt }.prefix(limit).map(\.id))
+    }
+
+    let start = store.plansMade
+    #expect(try await todos.fetch(newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
+    #expect(store.plansMade == start + 1)
+    for _ in 0..<5 {
+      #expect(try await todos.fetch(newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
+    }
+    #expect(store.plansMade == start + 1, "the same query planned again")
+
+    // Another constant is another query: its own plan, its own answer (a
+    // plan keeps its constants' key range, so reusing one would be wrong).
+    #expect(try await todos.fetch(newest(after: 10, limit: 10)).map(\.id) == want(after: 10, limit: 10))
+    #expect(try await todos.fetch(newest(after: 1_990, limit: 10)).map(\.id) == want(after: 1_990, limit: 10))
+    #expect(store.plansMade == start + 3)
+    // Another window or sort is another plan too.
+    #expect(try await todos.fetch(newest(after: 1_500, limit: 3)).map(\.id) == want(after: 1_500, limit: 3))
+    var ascending = newest(after: 1_500, limit: 10)
+    ascending.sortBy = [SortDescriptor(\.createdAt)]
+    let wantAscending = Array(all.filter { $0.createdAt > day(1_500) }.map(\.id).prefix(10))
+    #expect(try await todos.fetch(ascending).map(\.id) == wantAscending)
+    #expect(store.plansMade == start + 5)
+
+    // Counts and batch writes share the cache, and agree with the fetches.
+    let open = #Predicate<Todo> { !$0.done }
+    #expect(try await todos.count(matching: open) == 20)
+    let afterCount = store.plansMade
+    #expect(try await todos.count(matching: open) == 20)
+    #expect(store.plansMade == afterCount)
+    #expect(try await todos.delete(matching: open) == 20)
+    #expect(try await todos.count(matching: open) == 0)
+  }
+
+  @Test func planningAgainWhenTheRecordsGrowPastAPowerOfTwo() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    // Nearly every todo is done: `done == true` sorted newest first with a
+    // limit walks the createdAt index and stops early — once there are
+    // enough records for the planner to tell.
+    var d = FetchDescriptor<Todo>(
+      predicate: #Predicate { $0.done }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+    d.fetchLimit = 5
+    try await todos.insert(contentsOf: Self.todos(3))
+    let start = store.plansMade
+    #expect(try await todos.fetch(d).map(\.id) == [2, 1])
+    #expect(try await todos.fetch(d).map(\.id) == [2, 1])
+    #expect(store.plansMade == start + 1)
+
+    try await todos.insert(contentsOf: Array(Self.todos(20_000).dropFirst(3)))
+    #expect(try await todos.fetch(d).map(\.id) == [19_999, 19_998, 19_997, 19_996, 19_995])
+    #expect(store.plansMade == start + 2, "20,000 records and still the plan made for 3")
+    #expect(try todos.explain(d).contains("index scan Todo#index:createdAt"))
+  }
+
+  @Test func aNaNConstantIsPlannedEachTimeAndMatchesNothing() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(Rec.self)
+    try await repo.insert(contentsOf: DifferentialTests.records(Rec.self, seed: 5, count: 200))
+    let nan = Double.nan
+    let start = store.plansMade
+    for _ in 0..<3 {
+      #expect(try await repo.fetch(FetchDescriptor(predicate: #Predicate { $0.rating == nan })).isEmpty)
+    }
+    #expect(store.plansMade == start + 3)
+  }
+
+  @Test func plansInsideATransactionAnswerForItsOwnWrites() async throws {
+    let store = try Store.inMemory()
+    let todos = store.repository(Todo.self)
+    try await todos.insert(contentsOf: Self.todos(100))
+    let open = #Predicate<Todo> { !$0.done }
+    #expect(try await todos.count(matching: open) == 1)
+    let counts = try await store.write { tx in
+      let r = try tx.repository(Todo.self)
+      let before = try r.count(matching: open)
+      try r.insert(Todo(id: 1_000, title: "new", done: false, createdAt: day(1_000)))
+      return (before, try r.count(matching: open), try r.fetch(FetchDescriptor(predicate: open)).map(\.id))
+    }
+    #expect(counts.0 == 1 && counts.1 == 2 && counts.2 == [0, 1_000])
+  }
+}
