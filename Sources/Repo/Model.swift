@@ -126,7 +126,7 @@ struct ModelSpace<M>: @unchecked Sendable {
   let indexes: [ResolvedIndex<M>]
   let counters: RepoCounters
   /// Plans made for this model's queries.
-  let plans = PlanCache<M>()
+  let plans = PlanCache()
 
   struct ResolvedIndex<Model> {
     let index: Index<Model>

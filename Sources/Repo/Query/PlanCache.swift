@@ -4,18 +4,28 @@ import Foundation
 /// predicate's shape (its conditions' key paths and operators, whether
 /// anything else is in it, its `||` branches) with its constants, the sort,
 /// the window, the indexes built and the number of records to within a
-/// power of two. Planning weighs every candidate with
-/// range counts and runs unspecialized generic code; a repeated query —
-/// a list refreshed, a count per section — skips all of it.
+/// power of two. A repeated query — a list refreshed, a count per section —
+/// skips weighing every candidate.
 ///
 /// A plan is right for any data (the planner only ranks correct plans by
 /// cost), so a cached plan never gives a wrong answer. It can go stale in
 /// cost as records come and go: it is made again when the number of
 /// records crosses a power of two, and after ``refreshAfter`` uses.
-final class PlanCache<M>: @unchecked Sendable {
+///
+/// Not generic: the Repo module's code over a model type runs
+/// unspecialized, and every generic type it touches costs a metadata
+/// lookup; the key and the table here touch none.
+final class PlanCache: @unchecked Sendable {
   // Safe: every access to `plans` holds `lock`.
   private let lock = NSLock()
-  private var plans: [[AnyHashable]: (plan: Plan<M>, uses: Int)] = [:]
+  private var plans: [PlanKey: Entry] = [:]
+
+  private final class Entry {
+    /// A `Plan<M>` for the space's model.
+    let plan: Any
+    var uses = 0
+    init(_ plan: Any) { self.plan = plan }
+  }
 
   /// How many plans one model keeps; when full, it starts over.
   static var capacity: Int { 256 }
@@ -23,20 +33,19 @@ final class PlanCache<M>: @unchecked Sendable {
   static var refreshAfter: Int { 1_000 }
 
   /// The cached plan for `key`, or the one `make` returns (then cached).
-  func plan(for key: [AnyHashable], make: () -> Plan<M>) -> Plan<M> {
+  func plan<M>(for key: PlanKey, make: () -> Plan<M>) -> Plan<M> {
     lock.lock()
-    if var entry = plans[key], entry.uses < Self.refreshAfter {
+    if let entry = plans[key], entry.uses < Self.refreshAfter, let plan = entry.plan as? Plan<M> {
       entry.uses += 1
-      plans[key] = entry
       lock.unlock()
-      return entry.plan
+      return plan
     }
     lock.unlock()
     let plan = make()
     lock.lock()
+    defer { lock.unlock() }
     if plans.count >= Self.capacity { plans.removeAll(keepingCapacity: true) }
-    plans[key] = (plan, 0)
-    lock.unlock()
+    plans[key] = Entry(plan)
     return plan
   }
 
@@ -46,38 +55,92 @@ final class PlanCache<M>: @unchecked Sendable {
     defer { lock.unlock() }
     return plans.count
   }
-
-  /// The key of a query, or nil when it cannot be cached: a constant that
-  /// is not `Hashable`, or a NaN (never equal to itself, so never found).
-  static func key(
-    _ descriptor: FetchDescriptor<M>, analysis: Analysis, built: Set<String>, records: Int
-  ) -> [AnyHashable]? {
-    var parts: [AnyHashable] = [records, built, descriptor.sortBy, descriptor.fetchLimit, descriptor.fetchOffset]
-    guard analysis.appendKey(to: &parts) else { return nil }
-    return parts
-  }
 }
 
-extension Analysis {
-  /// Appends what planning depends on: for each condition its key path,
-  /// operator, constant and the constant's type (5 as Int and 5 as Int64
-  /// encode differently); then the branches. False when a constant cannot
-  /// be part of a key.
-  func appendKey(to parts: inout [AnyHashable]) -> Bool {
-    parts.append(complete)
-    parts.append(conditions.count)
-    for c in conditions {
-      guard let v = c.value as? AnyHashable, !Planner.isNaN(c.value) else { return false }
-      parts.append(c.keyPath)
-      parts.append(c.op)
-      parts.append(ObjectIdentifier(type(of: c.value)))
-      parts.append(v)
+/// What a plan depends on. Key paths compare by identity (a key path
+/// literal is one object, however often its expression runs; the key
+/// holds it, so its address is never another's): an equal key path that
+/// is another object only misses the cache.
+struct PlanKey: Hashable {
+  enum Constant: Hashable {
+    case int(Int)
+    case string(String)
+    case bool(Bool)
+    case double(UInt64)
+    case other(ObjectIdentifier, AnyHashable)
+  }
+
+  enum Part: Hashable {
+    case condition(ObjectIdentifier, Condition.Op, Constant)
+    case sort(ObjectIdentifier?, reverse: Bool, plain: Bool)
+    case shape(complete: Bool, conditions: Int, branches: Int)
+  }
+
+  var records: Int
+  /// Bit `i`: index `i` of the model is built.
+  var built: UInt64
+  var limit: Int?
+  var offset: Int?
+  var parts: [Part] = []
+  /// The key paths the parts name by identity, held so that no other key
+  /// path can take their addresses.
+  var held: [AnyKeyPath] = []
+
+  static func == (a: PlanKey, b: PlanKey) -> Bool {
+    a.records == b.records && a.built == b.built && a.limit == b.limit && a.offset == b.offset && a.parts == b.parts
+  }
+
+  func hash(into h: inout Hasher) {
+    h.combine(records)
+    h.combine(built)
+    h.combine(limit)
+    h.combine(offset)
+    h.combine(parts)
+  }
+
+  /// The key of a query, or nil when it cannot be cached: more than 64
+  /// indexes, a constant that is not `Hashable`, or a NaN (never equal to
+  /// itself, so never found).
+  init?<M>(
+    _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>, records: Int
+  ) {
+    guard space.indexes.count <= 64 else { return nil }
+    self.records = records
+    self.built = 0
+    for (i, index) in space.indexes.enumerated() where built.contains(index.index.name) { self.built |= 1 << i }
+    limit = descriptor.fetchLimit
+    offset = descriptor.fetchOffset
+    for s in descriptor.sortBy {
+      let kp = s.keyPath
+      if let kp { held.append(kp) }
+      parts.append(.sort(kp.map(ObjectIdentifier.init), reverse: s.order == .reverse, plain: s.stringComparator == nil))
     }
-    guard let branches else {
-      parts.append(-1)
-      return true
+    guard append(analysis) else { return nil }
+  }
+
+  private mutating func append(_ a: Analysis) -> Bool {
+    parts.append(.shape(complete: a.complete, conditions: a.conditions.count, branches: a.branches?.count ?? -1))
+    for c in a.conditions {
+      guard let constant = Self.constant(c.value) else { return false }
+      held.append(c.keyPath)
+      parts.append(.condition(ObjectIdentifier(c.keyPath), c.op, constant))
     }
-    parts.append(branches.count)
-    return branches.allSatisfy { $0.appendKey(to: &parts) }
+    for b in a.branches ?? [] where !append(b) { return false }
+    return true
+  }
+
+  /// The constant as a key: the common types without a cast to
+  /// `AnyHashable`; any other with its type (5 as Int8 and as Int64 are
+  /// different keys).
+  private static func constant(_ value: Any) -> Constant? {
+    switch value {
+    case let v as Int: return .int(v)
+    case let v as String: return .string(v)
+    case let v as Bool: return .bool(v)
+    case let v as Double: return v.isNaN ? nil : .double((v == 0 ? 0 : v).bitPattern)
+    default:
+      guard !Planner.isNaN(value), let v = value as? AnyHashable else { return nil }
+      return .other(ObjectIdentifier(type(of: value)), v)
+    }
   }
 }

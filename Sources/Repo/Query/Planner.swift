@@ -86,7 +86,7 @@ enum Planner {
     // Costs depend on how many records there are: a plan made for a
     // hundred is made again for a thousand (the count is O(1)).
     let records = count(space.records, .all).map { Int($0).bitWidth - Int($0).leadingZeroBitCount } ?? -1
-    guard let key = PlanCache<M>.key(descriptor, analysis: analysis, built: built, records: records) else {
+    guard let key = PlanKey(descriptor, analysis: analysis, space: space, built: built, records: records) else {
       return make()
     }
     return space.plans.plan(for: key, make: make)
