@@ -99,8 +99,26 @@ public struct Index<Model>: @unchecked Sendable {
   }
 
   private static func component<V: Encodable>(_ keyPath: KeyPath<Model, V>) -> Component {
-    Component(
-      encode: { model, e in try e.encode(model[keyPath: keyPath]) },
+    // The common types read through a key path of their own type, so that
+    // each record's key costs no generic value copy and no type test.
+    let encode: (Model, KeyEncoder) throws -> Void
+    if let kp = keyPath as? KeyPath<Model, Int> {
+      encode = { model, e in e.write(int: Int64(model[keyPath: kp])) }
+    } else if let kp = keyPath as? KeyPath<Model, Date> {
+      encode = { model, e in e.write(date: model[keyPath: kp]) }
+    } else if let kp = keyPath as? KeyPath<Model, String> {
+      encode = { model, e in e.write(string: model[keyPath: kp]) }
+    } else if let kp = keyPath as? KeyPath<Model, Double> {
+      encode = { model, e in e.write(double: model[keyPath: kp]) }
+    } else if let kp = keyPath as? KeyPath<Model, Bool> {
+      encode = { model, e in e.write(bool: model[keyPath: kp]) }
+    } else if let kp = keyPath as? KeyPath<Model, UUID> {
+      encode = { model, e in e.write(uuid: model[keyPath: kp]) }
+    } else {
+      encode = { model, e in try e.encode(model[keyPath: keyPath]) }
+    }
+    return Component(
+      encode: encode,
       encodeConstant: { value in
         guard let v = value as? V else { return nil }
         return try KeyEncoding.encode(v)

@@ -306,7 +306,8 @@ where M.ID: Codable & Hashable & Sendable {
 
   func insert(_ model: M, _ tx: WriteTransaction) throws {
     let k = try key(model.id)
-    guard try tx.get(k, in: space.records) == nil else {
+    // Present or not, without copying a record out.
+    guard try !tx.visitValue(for: k, in: space.records, { _ in }) else {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
     try write(model, key: k, old: nil, tx)

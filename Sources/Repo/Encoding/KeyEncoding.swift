@@ -21,9 +21,23 @@ public enum KeyEncoding {
   /// - Throws: `RepoError.unsupportedKey` for values that have no ordered
   ///   encoding (dictionaries, for instance).
   public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+    // The usual ids, without an encoder: one allocation, the key's.
+    if T.self == Int.self { return integer(UInt64(bitPattern: Int64(unsafeBitCast(value, to: Int.self))) ^ (1 << 63)) }
+    if T.self == UUID.self {
+      return withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { [1] + $0 }
+    }
     let e = KeyEncoder()
     try e.encode(value)
     return e.bytes
+  }
+
+  /// A present marker and `bits` big-endian: an integer's key.
+  @inline(__always) static func integer(_ bits: UInt64) -> [UInt8] {
+    [UInt8](unsafeUninitializedCapacity: 9) { b, n in
+      b[0] = 1
+      for i in 0..<8 { b[1 + i] = UInt8(truncatingIfNeeded: bits >> (56 - 8 * i)) }
+      n = 9
+    }
   }
 
   static func orderedDouble(_ d: Double) -> UInt64 {
@@ -36,7 +50,12 @@ public enum KeyEncoding {
 }
 
 final class KeyEncoder: PrimitiveWriter {
-  var bytes: [UInt8] = []
+  // Room for a compound key of a few numbers without growing.
+  var bytes: [UInt8] = {
+    var b: [UInt8] = []
+    b.reserveCapacity(32)
+    return b
+  }()
 
   @inline(__always) func big<T: FixedWidthInteger>(_ v: T) {
     withUnsafeBytes(of: v.bigEndian) { bytes.append(contentsOf: $0) }
