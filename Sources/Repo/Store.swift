@@ -174,17 +174,25 @@ public final class Store: Sendable {
 /// Resolved model spaces by type, built once per store.
 final class SpaceCache: @unchecked Sendable {
   private let lock = NSLock()
-  private var spaces: [ObjectIdentifier: Any] = [:]
+  /// By model type: a `Box<M>` for the type whose identifier is the key.
+  private var spaces: [ObjectIdentifier: AnyObject] = [:]
   let counters: RepoCounters
+
+  private final class Box<M> {
+    let space: ModelSpace<M>
+    init(_ space: ModelSpace<M>) { self.space = space }
+  }
 
   init(counters: RepoCounters) { self.counters = counters }
 
   func get<M>(_ type: M.Type) throws -> ModelSpace<M> {
     lock.lock()
     defer { lock.unlock() }
-    if let s = spaces[ObjectIdentifier(type)] as? ModelSpace<M> { return s }
+    // Not `as?`: a dynamic cast to a generic type cost about as much as
+    // the rest of a point read. The key is M's identifier, so the box is M's.
+    if let box = spaces[ObjectIdentifier(type)] { return unsafeDowncast(box, to: Box<M>.self).space }
     let s = try ModelSpace(type, counters: counters)
-    spaces[ObjectIdentifier(type)] = s
+    spaces[ObjectIdentifier(type)] = Box(s)
     return s
   }
 }
