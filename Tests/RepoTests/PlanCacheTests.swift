@@ -79,6 +79,28 @@ import Testing
     #expect(try todos.explain(d).contains("index scan Todo#index:createdAt"))
   }
 
+  struct Outer: Codable, Sendable, Identifiable, Equatable {
+    struct Inner: Codable, Sendable, Equatable { var score: Int }
+    var id: Int
+    var inner: Inner
+  }
+
+  /// A nested key path (`$0.inner.score`) is a new key path object each
+  /// time the predicate is analysed; equal ones still find the plan.
+  @Test func nestedKeyPathsFindTheirPlan() async throws {
+    let store = try Store.inMemory()
+    let repo = store.repository(Outer.self)
+    let all = (0..<200).map { Outer(id: $0, inner: .init(score: ($0 * 37) % 100)) }
+    try await repo.insert(contentsOf: all)
+    let cutoff = 50
+    let d = FetchDescriptor<Outer>(
+      predicate: #Predicate { $0.inner.score > cutoff }, sortBy: [SortDescriptor(\.inner.score), SortDescriptor(\.id)])
+    let want = all.filter { $0.inner.score > 50 }.sorted { ($0.inner.score, $0.id) < ($1.inner.score, $1.id) }
+    let start = store.plansMade
+    for _ in 0..<3 { #expect(try await repo.fetch(d) == want) }
+    #expect(store.plansMade == start + 1)
+  }
+
   @Test func aNaNConstantIsPlannedEachTimeAndMatchesNothing() async throws {
     let store = try Store.inMemory()
     let repo = store.repository(Rec.self)

@@ -57,10 +57,7 @@ final class PlanCache: @unchecked Sendable {
   }
 }
 
-/// What a plan depends on. Key paths compare by identity (a key path
-/// literal is one object, however often its expression runs; the key
-/// holds it, so its address is never another's): an equal key path that
-/// is another object only misses the cache.
+/// What a plan depends on.
 struct PlanKey: Hashable {
   enum Constant: Hashable {
     case int(Int)
@@ -71,8 +68,8 @@ struct PlanKey: Hashable {
   }
 
   enum Part: Hashable {
-    case condition(ObjectIdentifier, Condition.Op, Constant)
-    case sort(ObjectIdentifier?, reverse: Bool, plain: Bool)
+    case condition(AnyKeyPath, Condition.Op, Constant)
+    case sort(AnyKeyPath?, reverse: Bool, plain: Bool)
     case shape(complete: Bool, conditions: Int, branches: Int)
   }
 
@@ -82,21 +79,6 @@ struct PlanKey: Hashable {
   var limit: Int?
   var offset: Int?
   var parts: [Part] = []
-  /// The key paths the parts name by identity, held so that no other key
-  /// path can take their addresses.
-  var held: [AnyKeyPath] = []
-
-  static func == (a: PlanKey, b: PlanKey) -> Bool {
-    a.records == b.records && a.built == b.built && a.limit == b.limit && a.offset == b.offset && a.parts == b.parts
-  }
-
-  func hash(into h: inout Hasher) {
-    h.combine(records)
-    h.combine(built)
-    h.combine(limit)
-    h.combine(offset)
-    h.combine(parts)
-  }
 
   /// The key of a query, or nil when it cannot be cached: more than 64
   /// indexes, a constant that is not `Hashable`, or a NaN (never equal to
@@ -111,9 +93,7 @@ struct PlanKey: Hashable {
     limit = descriptor.fetchLimit
     offset = descriptor.fetchOffset
     for s in descriptor.sortBy {
-      let kp = s.keyPath
-      if let kp { held.append(kp) }
-      parts.append(.sort(kp.map(ObjectIdentifier.init), reverse: s.order == .reverse, plain: s.stringComparator == nil))
+      parts.append(.sort(s.keyPath, reverse: s.order == .reverse, plain: s.stringComparator == nil))
     }
     guard append(analysis) else { return nil }
   }
@@ -122,8 +102,7 @@ struct PlanKey: Hashable {
     parts.append(.shape(complete: a.complete, conditions: a.conditions.count, branches: a.branches?.count ?? -1))
     for c in a.conditions {
       guard let constant = Self.constant(c.value) else { return false }
-      held.append(c.keyPath)
-      parts.append(.condition(ObjectIdentifier(c.keyPath), c.op, constant))
+      parts.append(.condition(c.keyPath, c.op, constant))
     }
     for b in a.branches ?? [] where !append(b) { return false }
     return true
