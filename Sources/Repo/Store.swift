@@ -171,28 +171,29 @@ public final class Store: Sendable {
   }
 }
 
+/// A value of a generic type kept where the type is erased, and read back
+/// with `unsafeDowncast` by code that knows the type: an `as?` cast to a
+/// generic type costs about as much as the rest of a point read.
+final class Boxed<Value> {
+  let value: Value
+  init(_ value: Value) { self.value = value }
+}
+
 /// Resolved model spaces by type, built once per store.
 final class SpaceCache: @unchecked Sendable {
   private let lock = NSLock()
-  /// By model type: a `Box<M>` for the type whose identifier is the key.
+  /// By model type: a `Boxed<ModelSpace<M>>` for the type whose identifier is the key.
   private var spaces: [ObjectIdentifier: AnyObject] = [:]
   let counters: RepoCounters
-
-  private final class Box<M> {
-    let space: ModelSpace<M>
-    init(_ space: ModelSpace<M>) { self.space = space }
-  }
 
   init(counters: RepoCounters) { self.counters = counters }
 
   func get<M>(_ type: M.Type) throws -> ModelSpace<M> {
     lock.lock()
     defer { lock.unlock() }
-    // Not `as?`: a dynamic cast to a generic type cost about as much as
-    // the rest of a point read. The key is M's identifier, so the box is M's.
-    if let box = spaces[ObjectIdentifier(type)] { return unsafeDowncast(box, to: Box<M>.self).space }
+    if let box = spaces[ObjectIdentifier(type)] { return unsafeDowncast(box, to: Boxed<ModelSpace<M>>.self).value }
     let s = try ModelSpace(type, counters: counters)
-    spaces[ObjectIdentifier(type)] = Box(s)
+    spaces[ObjectIdentifier(type)] = Boxed(s)
     return s
   }
 }

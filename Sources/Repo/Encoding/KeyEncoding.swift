@@ -22,7 +22,7 @@ public enum KeyEncoding {
   ///   encoding (dictionaries, for instance).
   public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
     // The usual ids, without an encoder: one allocation, the key's.
-    if T.self == Int.self { return integer(UInt64(bitPattern: Int64(unsafeBitCast(value, to: Int.self))) ^ (1 << 63)) }
+    if T.self == Int.self { return integer(orderedInt(Int64(unsafeBitCast(value, to: Int.self)))) }
     if T.self == UUID.self {
       return withUnsafeBytes(of: unsafeBitCast(value, to: UUID.self).uuid) { [1] + $0 }
     }
@@ -39,6 +39,9 @@ public enum KeyEncoding {
       n = 9
     }
   }
+
+  /// A signed integer's bits in key order: the sign bit flipped.
+  @inline(__always) static func orderedInt(_ v: Int64) -> UInt64 { UInt64(bitPattern: v) ^ (1 << 63) }
 
   static func orderedDouble(_ d: Double) -> UInt64 {
     var v = d
@@ -92,7 +95,7 @@ final class KeyEncoder: PrimitiveWriter {
   }
   func write(int v: Int64) {
     present()
-    big(UInt64(bitPattern: v) ^ (1 << 63))
+    big(KeyEncoding.orderedInt(v))
   }
   func write(uint v: UInt64) {
     present()

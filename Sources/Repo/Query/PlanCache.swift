@@ -21,10 +21,10 @@ final class PlanCache: @unchecked Sendable {
   private var plans: [PlanKey: Entry] = [:]
 
   private final class Entry {
-    /// A `Plan<M>` for the space's model.
-    let plan: Any
+    /// A `Boxed<Plan<M>>`: one cache serves one model space, so one `M`.
+    let plan: AnyObject
     var uses = 0
-    init(_ plan: Any) { self.plan = plan }
+    init(_ plan: AnyObject) { self.plan = plan }
   }
 
   /// How many plans one model keeps; when full, it starts over.
@@ -35,25 +35,18 @@ final class PlanCache: @unchecked Sendable {
   /// The cached plan for `key`, or the one `make` returns (then cached).
   func plan<M>(for key: PlanKey, make: () -> Plan<M>) -> Plan<M> {
     lock.lock()
-    if let entry = plans[key], entry.uses < Self.refreshAfter, let plan = entry.plan as? Plan<M> {
+    if let entry = plans[key], entry.uses < Self.refreshAfter {
       entry.uses += 1
       lock.unlock()
-      return plan
+      return unsafeDowncast(entry.plan, to: Boxed<Plan<M>>.self).value
     }
     lock.unlock()
     let plan = make()
     lock.lock()
     defer { lock.unlock() }
     if plans.count >= Self.capacity { plans.removeAll(keepingCapacity: true) }
-    plans[key] = Entry(plan)
+    plans[key] = Entry(Boxed(plan))
     return plan
-  }
-
-  /// How many plans are cached.
-  var count: Int {
-    lock.lock()
-    defer { lock.unlock() }
-    return plans.count
   }
 }
 
