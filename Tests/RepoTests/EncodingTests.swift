@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Repo
@@ -49,6 +50,57 @@ import Testing
       damaged[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
       _ = try? RecordDecoder.decode(Todo.self, from: damaged)  // any outcome but a crash
     }
+  }
+
+  /// A model that holds itself: its inner containers share a key type with
+  /// the outer one while the outer one is still in use (KeyedContainerPool).
+  struct Tree: Codable, Equatable {
+    var name: String
+    var left: [Tree]
+    var right: Leaf?
+  }
+  struct Leaf: Codable, Equatable {
+    var weight: Int
+    var tree: [Tree]
+  }
+
+  static func tree(_ depth: Int, _ tag: Int) -> Tree {
+    guard depth > 0 else { return Tree(name: "leaf \(tag)", left: [], right: nil) }
+    return Tree(
+      name: "node \(depth).\(tag)", left: [tree(depth - 1, tag * 2), tree(depth - 1, tag * 2 + 1)],
+      right: Leaf(weight: depth * 10 + tag, tree: [tree(depth - 1, tag + 100)]))
+  }
+
+  @Test func pooledContainersKeepRecursiveAndRepeatedModelsApart() throws {
+    let values = (0..<8).map { Self.tree($0 % 4, $0) }
+    let records = try values.map { try RecordEncoder.encode($0) }
+    // Twice in a row on one thread (the second pass reuses pooled containers),
+    // interleaved with another key type's decodes.
+    for _ in 0..<2 {
+      for (v, r) in zip(values, records) {
+        #expect(try RecordDecoder.decode(Tree.self, from: r) == v)
+        let everything = try RecordEncoder.encode(
+          Everything(
+            i: v.left.count, i8: 1, u64: 2, d: 3, f: 4, s: v.name, b: false, date: epoch, uuid: UUID(), data: Data(),
+            optional: nil, none: 5, kind: .a, inner: .init(x: 1, y: [v.name]), list: [], map: [:], nested: []))
+        #expect(try RecordDecoder.decode(Everything.self, from: everything).s == v.name)
+      }
+    }
+    // A failed decode (wrong shape) gives its containers back: the next decode of
+    // the same types still works.
+    #expect(throws: (any Error).self) { _ = try RecordDecoder.decode(Everything.self, from: records[3]) }
+    #expect(try RecordDecoder.decode(Tree.self, from: records[3]) == values[3])
+    // Each thread has its own pool.
+    let failures = Atomic<Int>(0)
+    DispatchQueue.concurrentPerform(iterations: 8) { t in
+      for i in 0..<200 {
+        let k = (t + i) % values.count
+        if (try? RecordDecoder.decode(Tree.self, from: records[k])) != values[k] {
+          failures.add(1, ordering: .relaxed)
+        }
+      }
+    }
+    #expect(failures.load(ordering: .relaxed) == 0)
   }
 
   @Test func recordsAreSmallerThanJSON() throws {

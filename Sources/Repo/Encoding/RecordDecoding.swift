@@ -11,7 +11,7 @@ struct RecordDecoder {
   let bytes: UnsafeRawBufferPointer
   var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-  private init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+  fileprivate init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
   static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
     try bytes.withUnsafeBytes { try decode(type, from: $0) }
@@ -21,6 +21,8 @@ struct RecordDecoder {
     let d = RecordDecoder(bytes)
     guard let version = bytes.first else { throw d.corrupt("empty record", []) }
     guard version == recordFormatVersion else { throw d.corrupt("unknown record format version \(version)", []) }
+    // Offsets are kept in 32 bits (RecordValueDecoder).
+    guard bytes.count <= UInt32.max else { throw d.corrupt("record of \(bytes.count) bytes is over 4 GiB", []) }
     return try d.decodeValue(type, at: 1, codingPath: [])
   }
 
@@ -62,55 +64,81 @@ struct RecordDecoder {
 
   /// Decodes the value at `offset` as `T`.
   func decodeValue<T: Decodable>(_ type: T.Type, at offset: Int, codingPath: [any CodingKey]) throws -> T {
-    if T.self == String.self { return try string(at: offset, codingPath) as! T }
-    if T.self == Int.self { return try integer(Int.self, at: offset, codingPath) as! T }
-    if T.self == Bool.self { return try bool(at: offset, codingPath) as! T }
-    if T.self == Double.self { return try double(at: offset, codingPath) as! T }
+    if T.self == String.self { return cast(try string(at: offset, codingPath)) }
+    if T.self == Int.self { return cast(try integer(Int.self, at: offset, codingPath)) }
+    if T.self == Bool.self { return cast(try bool(at: offset, codingPath)) }
+    if T.self == Double.self { return cast(try double(at: offset, codingPath)) }
     if T.self == Date.self {
       guard try tag(at: offset, codingPath) == RecordTag.date.rawValue else {
         throw mismatch(Date.self, bytes[offset], codingPath)
       }
-      return Date(timeIntervalSinceReferenceDate: try double(at: offset, codingPath)) as! T
+      return cast(Date(timeIntervalSinceReferenceDate: try double(at: offset, codingPath)))
     }
     if T.self == UUID.self {
       guard try tag(at: offset, codingPath) == RecordTag.uuid.rawValue, offset + 17 <= bytes.count else {
         throw mismatch(UUID.self, bytes[offset], codingPath)
       }
       let u = bytes.loadUnaligned(fromByteOffset: offset + 1, as: uuid_t.self)
-      return UUID(uuid: u) as! T
+      return cast(UUID(uuid: u))
     }
     if T.self == Data.self {
       guard try tag(at: offset, codingPath) == RecordTag.data.rawValue else {
         throw mismatch(Data.self, bytes[offset], codingPath)
       }
       var o = offset + 1
-      return Data(UnsafeRawBufferPointer(rebasing: bytes[try run(at: &o, codingPath)])) as! T
+      return cast(Data(UnsafeRawBufferPointer(rebasing: bytes[try run(at: &o, codingPath)])))
     }
-    if T.self == Float.self { return Float(try double(at: offset, codingPath)) as! T }
-    if T.self == Int64.self { return try integer(Int64.self, at: offset, codingPath) as! T }
-    if T.self == Int32.self { return try integer(Int32.self, at: offset, codingPath) as! T }
-    if T.self == UInt64.self { return try integer(UInt64.self, at: offset, codingPath) as! T }
-    if T.self == UInt.self { return try integer(UInt.self, at: offset, codingPath) as! T }
+    if T.self == Float.self { return cast(Float(try double(at: offset, codingPath))) }
+    if T.self == Int64.self { return cast(try integer(Int64.self, at: offset, codingPath)) }
+    if T.self == Int32.self { return cast(try integer(Int32.self, at: offset, codingPath)) }
+    if T.self == UInt64.self { return cast(try integer(UInt64.self, at: offset, codingPath)) }
+    if T.self == UInt.self { return cast(try integer(UInt.self, at: offset, codingPath)) }
     // Every primitive must end here: its own init(from:) asks a single-value
     // container for itself, which would come straight back.
-    if T.self == Int16.self { return try integer(Int16.self, at: offset, codingPath) as! T }
-    if T.self == Int8.self { return try integer(Int8.self, at: offset, codingPath) as! T }
-    if T.self == UInt32.self { return try integer(UInt32.self, at: offset, codingPath) as! T }
-    if T.self == UInt16.self { return try integer(UInt16.self, at: offset, codingPath) as! T }
-    if T.self == UInt8.self { return try integer(UInt8.self, at: offset, codingPath) as! T }
+    if T.self == Int16.self { return cast(try integer(Int16.self, at: offset, codingPath)) }
+    if T.self == Int8.self { return cast(try integer(Int8.self, at: offset, codingPath)) }
+    if T.self == UInt32.self { return cast(try integer(UInt32.self, at: offset, codingPath)) }
+    if T.self == UInt16.self { return cast(try integer(UInt16.self, at: offset, codingPath)) }
+    if T.self == UInt8.self { return cast(try integer(UInt8.self, at: offset, codingPath)) }
+    // The keyed containers this value's init(from:) takes go back to the
+    // pool when it returns.
+    let pool = KeyedContainerPool.current
+    let mark = pool.mark
+    defer { pool.release(to: mark) }
     return try T(from: RecordValueDecoder(decoder: self, offset: offset, codingPath: codingPath))
   }
 }
 
+/// `value` as `T`, which the caller checked it is (`T.self == V.self`):
+/// without the dynamic cast `as! T` pays for (a tenth of a Date's decoding).
+@inline(__always) private func cast<V, T>(_ value: V) -> T {
+  withUnsafePointer(to: value) { UnsafeRawPointer($0).load(as: T.self) }
+}
+
 /// The Decoder a value's `init(from:)` sees, positioned at one value.
+///
+/// Three words, so that as an `any Decoder` it fits the existential's inline
+/// buffer: a fourth would cost a heap box per decoded value. (Records are at
+/// most `Limits.maxValueSize`; `RecordDecoder.decode` refuses more than 4 GiB.)
 struct RecordValueDecoder: Decoder {
-  let decoder: RecordDecoder
-  let offset: Int
+  private let base: UnsafeRawPointer?
+  private let count: UInt32
+  private let at: UInt32
   let codingPath: [any CodingKey]
+
+  init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) {
+    base = decoder.bytes.baseAddress
+    count = UInt32(truncatingIfNeeded: decoder.bytes.count)
+    at = UInt32(truncatingIfNeeded: offset)
+    self.codingPath = codingPath
+  }
+
+  var decoder: RecordDecoder { RecordDecoder(UnsafeRawBufferPointer(start: base, count: Int(count))) }
+  var offset: Int { Int(at) }
   var userInfo: [CodingUserInfoKey: Any] { [:] }
 
   func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-    KeyedDecodingContainer(try KeyedRecordDecoder<Key>(decoder: decoder, offset: offset, codingPath: codingPath))
+    try KeyedContainerPool.current.container(Key.self, decoder: decoder, offset: offset, codingPath: codingPath)
   }
 
   func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -128,10 +156,12 @@ struct RecordValueDecoder: Decoder {
 /// (schema evolution). No index of entries is built, and coding paths grow
 /// only when an error needs them.
 final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
-  let decoder: RecordDecoder
-  let codingPath: [any CodingKey]
-  private let first: Int  // offset of the first entry
-  private let count: Int
+  // Variables only for reuse (KeyedContainerPool): `reset` moves a container
+  // to another record.
+  private(set) var decoder: RecordDecoder
+  private(set) var codingPath: [any CodingKey]
+  private var first: Int  // offset of the first entry
+  private var count: Int
   // Not checked at run time: a container lives inside one decode call.
   @exclusivity(unchecked) private var cursor: Int  // offset of the entry `index`
   @exclusivity(unchecked) private var index = 0
@@ -144,14 +174,32 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
   init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
     self.decoder = decoder
     self.codingPath = codingPath
+    count = try Self.fieldCount(decoder, offset, codingPath)
+    first = offset + 5
+    cursor = first
+  }
+
+  /// Moves this container to the keyed container at `offset` of another
+  /// record, as if it were new.
+  @inline(__always)
+  func reset(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
+    count = try Self.fieldCount(decoder, offset, codingPath)
+    self.decoder = decoder
+    self.codingPath = codingPath
+    first = offset + 5
+    cursor = first
+    index = 0
+    known = 0
+  }
+
+  @inline(__always)
+  private static func fieldCount(_ decoder: RecordDecoder, _ offset: Int, _ codingPath: [any CodingKey]) throws -> Int {
     guard try decoder.tag(at: offset, codingPath) == RecordTag.keyed.rawValue else {
       throw decoder.mismatch([String: Any].self, decoder.bytes[offset], codingPath)
     }
     let count = Int(try decoder.fixed(UInt32.self, at: offset + 1, codingPath))
     guard count <= decoder.bytes.count else { throw decoder.corrupt("implausible field count \(count)", codingPath) }
-    self.count = count
-    first = offset + 5
-    cursor = first
+    return count
   }
 
   var allKeys: [Key] {

@@ -59,7 +59,7 @@ where Model.ID: Codable & Hashable & Sendable {
     } else {
       var matched: [(Model, [UInt8])] = []
       try access.scan(plan, snapshot) { key, bytes, _ in
-        if let m = try access.match(matches, key, bytes) { matched.append((m, Array(key))) }
+        _ = try access.match(matches, key, bytes) { matched.append(($0, Array(key))) }
         return true
       }
       let comparator = SortComparator(d)
