@@ -319,7 +319,7 @@ where M.ID: Codable & Hashable & Sendable {
     guard try !tx.visitValue(for: k, in: space.records, { _ in }) else {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
-    try write(model, key: k, old: nil, tx)
+    try write(model, key: k, tx)
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {
@@ -332,16 +332,33 @@ where M.ID: Codable & Hashable & Sendable {
 
   func upsert(_ model: M, _ tx: WriteTransaction) throws {
     let k = try key(model.id)
-    let old = try tx.get(k, in: space.records).map { try decode($0, key: k) }
-    try write(model, key: k, old: old, tx)
+    if let old = try tx.get(k, in: space.records) {
+      try write(model, key: k, old: try decode(old, key: k), tx)
+    } else {
+      try write(model, key: k, tx)
+    }
+  }
+
+  // Two entry points rather than an `old: M?` parameter: this code runs
+  // unspecialized, and an `Optional<M>` costs a metadata lookup per call.
+
+  /// Stores a new `model` and its index entries.
+  private func write(_ model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
+    try write(model, key: k, oldIndexKey: { _ in nil }, tx)
   }
 
   /// Stores `model` and moves its index entries from `old`'s values to its own.
-  private func write(_ model: M, key k: [UInt8], old: M?, _ tx: WriteTransaction) throws {
+  private func write(_ model: M, key k: [UInt8], old: M, _ tx: WriteTransaction) throws {
+    try write(model, key: k, oldIndexKey: { try indexKey($0, old, id: k) }, tx)
+  }
+
+  private func write(
+    _ model: M, key k: [UInt8], oldIndexKey: (ModelSpace<M>.ResolvedIndex<M>) throws -> [UInt8]?,
+    _ tx: WriteTransaction
+  ) throws {
     for i in space.indexes {
       let newKey = try indexKey(i, model, id: k)
-      if let old {
-        let oldKey = try indexKey(i, old, id: k)
+      if let oldKey = try oldIndexKey(i) {
         if oldKey == newKey { continue }
         try tx.delete(oldKey, in: i.keyspace)
       }

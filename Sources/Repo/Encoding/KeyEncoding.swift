@@ -53,8 +53,10 @@ public enum KeyEncoding {
 }
 
 final class KeyEncoder: PrimitiveWriter {
-  // Room for a compound key of a few numbers without growing.
-  var bytes: [UInt8] = {
+  // Room for a compound key of a few numbers without growing. Not checked
+  // for exclusive access at run time (the check cost more than the write):
+  // an encoder is used by one key's encoding, start to end.
+  @exclusivity(unchecked) var bytes: [UInt8] = {
     var b: [UInt8] = []
     b.reserveCapacity(32)
     return b
