@@ -123,6 +123,47 @@ import Testing
     }
   }
 
+  /// A model whose index parts are read every way `Index` knows: at a
+  /// stored offset (each common type, and one inside a nested struct), and
+  /// through the key path (an optional, a computed property, a type without
+  /// a direct reader).
+  struct Wide: Codable {
+    struct Inner: Codable {
+      var pad: Int8
+      var when: Date
+    }
+    var flag: Bool
+    var n: Int
+    var name: String
+    var x: Double
+    var id: UUID
+    var at: Date
+    var inner: Inner
+    var maybe: Int?
+    var small: Int16
+    var upper: String { name.uppercased() }
+  }
+
+  @Test func indexKeysAreTheSameReadAtOffsetsOrThroughKeyPaths() throws {
+    let w = Wide(
+      flag: true, n: -42, name: "caf\u{E9} long enough to be on the heap", x: -2.5, id: UUID(), at: day(3),
+      inner: .init(pad: 7, when: day(-9)), maybe: nil, small: -300)
+    #expect(MemoryLayout<Wide>.offset(of: \Wide.inner.when) != nil)  // the nested path is read directly
+    func key<V: Encodable>(_ kp: KeyPath<Wide, V>) throws -> [UInt8] { try Index<Wide>.index(kp).encode(w) }
+    #expect(try key(\.flag) == KeyEncoding.encode(w.flag))
+    #expect(try key(\.n) == KeyEncoding.encode(w.n))
+    #expect(try key(\.name) == KeyEncoding.encode(w.name))
+    #expect(try key(\.x) == KeyEncoding.encode(w.x))
+    #expect(try key(\.id) == KeyEncoding.encode(w.id))
+    #expect(try key(\.at) == KeyEncoding.encode(w.at))
+    #expect(try key(\.inner.when) == KeyEncoding.encode(w.inner.when))
+    #expect(try key(\.maybe) == KeyEncoding.encode(w.maybe))
+    #expect(try key(\.small) == KeyEncoding.encode(w.small))
+    #expect(try key(\.upper) == KeyEncoding.encode(w.upper))
+    let compound = try Index<Wide>.index(\.n, \.name, \.inner.when).encode(w)
+    #expect(compound == (try KeyEncoding.encode(w.n) + KeyEncoding.encode(w.name) + KeyEncoding.encode(w.inner.when)))
+  }
+
   @Test func integersOrder() throws {
     try ordered([Int.min, -1_000_000, -256, -1, 0, 1, 255, 256, 70_000, Int.max], <)
     try ordered([UInt64(0), 1, 255, 1 << 40, .max], <)
