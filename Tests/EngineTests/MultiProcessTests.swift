@@ -222,11 +222,26 @@ import Testing
     try Self.checkStore(folder.path, acked: ["5": acked])
   }
 
-  /// The locks /proc/locks shows held by process `pid`.
-  static func locks(of pid: Int32) throws -> [String] {
+  /// The locks /proc/locks shows held by process `pid` on the files of the
+  /// store in `folder`. Only that store's: other tests run in this process
+  /// at the same time, and their stores' locks are theirs.
+  static func locks(of pid: Int32, in folder: TempFolder) throws -> [String] {
+    let files = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+    let inodes = Set(
+      try files.compactMap { name -> String? in
+        let attributes = try FileManager.default.attributesOfItem(atPath: folder.sub(name))
+        return (attributes[.systemFileNumber] as? NSNumber).map { "\($0.uint64Value)" }
+      })
     let text = try String(contentsOfFile: "/proc/locks", encoding: .utf8)
+    // "1: FLOCK  ADVISORY  WRITE 14141 fe:00:16228417 0 EOF": the pid, then
+    // device major:minor:inode.
     return text.split(separator: "\n").map(String.init).filter { line in
-      line.split(separator: " ").contains { $0 == Substring(String(pid)) }
+      let fields = line.split(separator: " ")
+      guard fields.contains(Substring(String(pid))),
+        let file = fields.first(where: { $0.split(separator: ":").count == 3 }),
+        let inode = file.split(separator: ":").last
+      else { return false }
+      return inodes.contains(String(inode))
     }
   }
 
@@ -237,22 +252,22 @@ import Testing
     let db = try Database.open(at: folder.path)
     try db.write { try $0.put(b("k"), b("v"), in: "ks") }
     _ = try db.read { try $0.get(b("k"), in: "ks") }
-    let idle = try Self.locks(of: me)
+    let idle = try Self.locks(of: me, in: folder)
     #expect(idle.isEmpty, "idle, yet: \(idle)")
     let tx = try db.beginWrite()
-    let writing = try Self.locks(of: me)
+    let writing = try Self.locks(of: me, in: folder)
     #expect(writing.count == 1, "writing: \(writing)")
     tx.rollback()
-    #expect(try Self.locks(of: me).isEmpty)
+    #expect(try Self.locks(of: me, in: folder).isEmpty)
     try db.checkpoint()
     try db.compact()
-    #expect(try Self.locks(of: me).isEmpty)
+    #expect(try Self.locks(of: me, in: folder).isEmpty)
     try db.close()
     var ro = Options()
     ro.readOnly = true
     let reader = try Database.open(at: folder.path, options: ro)
     _ = try reader.read { try $0.count(in: "ks") }
-    #expect(try Self.locks(of: me).isEmpty)
+    #expect(try Self.locks(of: me, in: folder).isEmpty)
     try reader.close()
   }
 
