@@ -108,52 +108,33 @@ public struct Index<Model>: @unchecked Sendable {
   }
 
   private static func component<V: Encodable>(_ keyPath: KeyPath<Model, V>) -> Component {
-    // The common types read through a key path of their own type, so that
-    // each record's key costs no generic value copy and no type test; and a
-    // stored property of a struct model is read at its offset, without
-    // applying the key path (which, in this unspecialized code, costs about
-    // a thousand instructions: a third of an insert's index work).
-    let encode: (Model, KeyEncoder) throws -> Void
-    if let offset = MemoryLayout<Model>.offset(of: keyPath), let direct = direct(keyPath, at: offset) {
-      encode = direct
-    } else if let kp = keyPath as? KeyPath<Model, Int> {
-      encode = { model, e in e.write(int: Int64(model[keyPath: kp])) }
-    } else if let kp = keyPath as? KeyPath<Model, Date> {
-      encode = { model, e in e.write(date: model[keyPath: kp]) }
-    } else if let kp = keyPath as? KeyPath<Model, String> {
-      encode = { model, e in e.write(string: model[keyPath: kp]) }
-    } else if let kp = keyPath as? KeyPath<Model, Double> {
-      encode = { model, e in e.write(double: model[keyPath: kp]) }
-    } else if let kp = keyPath as? KeyPath<Model, Bool> {
-      encode = { model, e in e.write(bool: model[keyPath: kp]) }
-    } else if let kp = keyPath as? KeyPath<Model, UUID> {
-      encode = { model, e in e.write(uuid: model[keyPath: kp]) }
-    } else {
-      encode = { model, e in try e.encode(model[keyPath: keyPath]) }
+    // The common types are written without a generic value copy or a type
+    // test per record. A stored property of a struct model is read at its
+    // offset (`MemoryLayout.offset(of:)` proves it is one), without applying
+    // the key path, which in this unspecialized code costs about a thousand
+    // instructions: a third of an insert's index work. Anything else reads
+    // through the key path.
+    let offset = MemoryLayout<Model>.offset(of: keyPath)
+    func typed<T>(_: T.Type, _ write: @escaping (KeyEncoder, T) -> Void) -> ((Model, KeyEncoder) -> Void)? {
+      guard V.self == T.self else { return nil }
+      if let offset {
+        return { model, e in write(e, withUnsafeBytes(of: model) { $0.load(fromByteOffset: offset, as: T.self) }) }
+      }
+      // Safe: V is T, checked above.
+      let kp = unsafeDowncast(keyPath, to: KeyPath<Model, T>.self)
+      return { model, e in write(e, model[keyPath: kp]) }
     }
+    let encode: (Model, KeyEncoder) throws -> Void =
+      typed(Int.self, { $0.write(int: Int64($1)) }) ?? typed(Date.self, { $0.write(date: $1) })
+      ?? typed(String.self, { $0.write(string: $1) }) ?? typed(Double.self, { $0.write(double: $1) })
+      ?? typed(Bool.self, { $0.write(bool: $1) }) ?? typed(UUID.self, { $0.write(uuid: $1) })
+      ?? { model, e in try e.encode(model[keyPath: keyPath]) }
     return Component(
       encode: encode,
       encodeConstant: { value in
         guard let v = value as? V else { return nil }
         return try KeyEncoding.encode(v)
       })
-  }
-
-  /// Encodes a value of the common types stored inline at `offset` of the
-  /// model (`MemoryLayout.offset(of:)` proved it is), or nil for other types.
-  private static func direct<V>(_ keyPath: KeyPath<Model, V>, at offset: Int) -> ((Model, KeyEncoder) -> Void)? {
-    func read<T>(_ model: Model, _: T.Type) -> T {
-      withUnsafeBytes(of: model) { $0.load(fromByteOffset: offset, as: T.self) }
-    }
-    switch V.self {
-    case is Int.Type: return { model, e in e.write(int: Int64(read(model, Int.self))) }
-    case is Date.Type: return { model, e in e.write(date: read(model, Date.self)) }
-    case is String.Type: return { model, e in e.write(string: read(model, String.self)) }
-    case is Double.Type: return { model, e in e.write(double: read(model, Double.self)) }
-    case is Bool.Type: return { model, e in e.write(bool: read(model, Bool.self)) }
-    case is UUID.Type: return { model, e in e.write(uuid: read(model, UUID.self)) }
-    default: return nil
-    }
   }
 
   /// "createdAt" for `\Todo.createdAt`: the key path's last component.
