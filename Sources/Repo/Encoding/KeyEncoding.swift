@@ -32,11 +32,17 @@ public enum KeyEncoding {
   }
 
   /// A present marker and `bits` big-endian: an integer's key.
+  ///
+  /// Copied from the stack rather than built with
+  /// `Array(unsafeUninitializedCapacity:)`, which on Linux reaches an
+  /// unspecialized initializer that looks up generic metadata on every call
+  /// (about 350 instructions, measured; see `LeafNode.copyBytes`).
   @inline(__always) static func integer(_ bits: UInt64) -> [UInt8] {
-    [UInt8](unsafeUninitializedCapacity: 9) { b, n in
-      b[0] = 1
-      for i in 0..<8 { b[1 + i] = UInt8(truncatingIfNeeded: bits >> (56 - 8 * i)) }
-      n = 9
+    var key: (UInt64, UInt64) = (0, 0)
+    return withUnsafeMutableBytes(of: &key) { raw in
+      raw[0] = 1
+      raw.storeBytes(of: bits.bigEndian, toByteOffset: 1, as: UInt64.self)
+      return [UInt8](UnsafeRawBufferPointer(rebasing: raw[0..<9]))
     }
   }
 
