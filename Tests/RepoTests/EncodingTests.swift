@@ -103,6 +103,50 @@ import Testing
     #expect(failures.load(ordering: .relaxed) == 0)
   }
 
+  /// Asks for its keyed container twice, and writes through both.
+  struct TwoAsks: Codable, Equatable {
+    var a: Int
+    var b: String
+    enum CodingKeys: String, CodingKey { case a, b }
+    func encode(to encoder: any Encoder) throws {
+      var first = encoder.container(keyedBy: CodingKeys.self)
+      try first.encode(a, forKey: .a)
+      var second = encoder.container(keyedBy: CodingKeys.self)
+      try second.encode(b, forKey: .b)
+    }
+  }
+
+  /// The top-level encoder keeps its keyed container from record to record
+  /// (RecordValueEncoder.kept): every record must come out byte for byte as
+  /// the first one of its value did, whatever was encoded in between and on
+  /// whichever thread.
+  @Test func keptEncodingContainersWriteWhatFreshOnesWould() throws {
+    let trees = (0..<6).map { Self.tree($0 % 4, $0) }
+    let asks = (0..<6).map { TwoAsks(a: $0 * 1_000, b: "b\($0)") }
+    let first = try zip(trees, asks).map { (try RecordEncoder.encode($0), try RecordEncoder.encode($1)) }
+    for (t, a) in zip(trees, asks) {
+      #expect(try RecordDecoder.decode(TwoAsks.self, from: try RecordEncoder.encode(a)) == a)
+      #expect(try RecordDecoder.decode(Tree.self, from: try RecordEncoder.encode(t)) == t)
+    }
+    // Again, alternating key types record by record, then the same type twice.
+    for (n, (t, a)) in zip(trees, asks).enumerated() {
+      #expect(try RecordEncoder.encode(t) == first[n].0)
+      #expect(try RecordEncoder.encode(a) == first[n].1)
+      #expect(try RecordEncoder.encode(a) == first[n].1)
+    }
+    let failures = Atomic<Int>(0)
+    DispatchQueue.concurrentPerform(iterations: 8) { t in
+      for i in 0..<300 {
+        let k = (t + i) % trees.count
+        let same =
+          i % 2 == 0
+          ? (try? RecordEncoder.encode(trees[k])) == first[k].0 : (try? RecordEncoder.encode(asks[k])) == first[k].1
+        if !same { failures.add(1, ordering: .relaxed) }
+      }
+    }
+    #expect(failures.load(ordering: .relaxed) == 0)
+  }
+
   @Test func recordsAreSmallerThanJSON() throws {
     let user = User(id: UUID(), email: "ada@example.com", name: "Ada", active: true, lastSeen: epoch, createdAt: epoch)
     let binary = try RecordEncoder.encode(user)

@@ -120,7 +120,7 @@ final class RecordEncoder: PrimitiveWriter {
   @exclusivity(unchecked) var buffer = ByteBuffer(capacity: 256)
 
   static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-    let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [])
+    let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [], keepsContainers: true)
     defer { pool.give(top) }
     let e = top.encoder
     e.buffer.reset()
@@ -149,10 +149,13 @@ final class RecordEncoder: PrimitiveWriter {
 
     func give(_ e: RecordValueEncoder) {
       // A buffer grown past 64 KiB by one huge record is not kept.
-      guard e.encoder.buffer.capacity <= 64 << 10 else { return }
+      guard e.encoder.buffer.capacity <= 64 << 10 else { return e.dropKeptContainer() }
       lock.lock()
-      defer { lock.unlock() }
+      let replaced = spare
       spare = e
+      lock.unlock()
+      // Another thread's encoder, given back first: let it go.
+      replaced?.dropKeptContainer()
     }
   }
 
@@ -243,9 +246,25 @@ final class RecordValueEncoder: Encoder {
   @exclusivity(unchecked) var count = 0
   @exclusivity(unchecked) var wroteSingleValue = false
 
-  init(encoder: RecordEncoder, codingPath: [any CodingKey]) {
+  /// Whether this encoder keeps the keyed container it hands out, to hand
+  /// it out again for the next value (the reused top-level encoder does).
+  private let keepsContainers: Bool
+  /// That container, a `KeptContainer<Key>` for the key type `keptType`.
+  /// It refers back to this encoder: `dropKeptContainer()` breaks the cycle
+  /// when the encoder is let go.
+  @exclusivity(unchecked) private var kept: AnyObject?
+  @exclusivity(unchecked) private var keptType: ObjectIdentifier?
+
+  init(encoder: RecordEncoder, codingPath: [any CodingKey], keepsContainers: Bool = false) {
     self.encoder = encoder
     self.codingPath = codingPath
+    self.keepsContainers = keepsContainers
+  }
+
+  /// Forgets the kept container (and with it the cycle back to `self`).
+  func dropKeptContainer() {
+    kept = nil
+    keptType = nil
   }
 
   /// Makes a used encoder ready for another value at the same path.
@@ -257,7 +276,18 @@ final class RecordValueEncoder: Encoder {
 
   func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
     if countOffset == nil { countOffset = encoder.openContainer(.keyed) }
-    return KeyedEncodingContainer(KeyedRecordEncoder<Key>(parent: self))
+    guard keepsContainers else { return KeyedEncodingContainer(KeyedRecordEncoder<Key>(parent: self)) }
+    // A container keeps no state of its own (counts live here), so the one
+    // made for the last record serves the next: no allocation and two
+    // generic-metadata lookups fewer per record.
+    if let kept, keptType == ObjectIdentifier(Key.self) {
+      // Safe: `kept` is a KeptContainer<Key> whenever keptType names Key.
+      return unsafeDowncast(kept, to: KeptContainer<Key>.self).container
+    }
+    let made = KeyedEncodingContainer(KeyedRecordEncoder<Key>(parent: self))
+    kept = KeptContainer(made)
+    keptType = ObjectIdentifier(Key.self)
+    return made
   }
 
   func unkeyedContainer() -> any UnkeyedEncodingContainer {
@@ -275,6 +305,12 @@ final class RecordValueEncoder: Encoder {
       encoder.patchCount(0, at: encoder.openContainer(.keyed))
     }
   }
+}
+
+/// A keyed container a `RecordValueEncoder` keeps for reuse.
+final class KeptContainer<Key: CodingKey> {
+  let container: KeyedEncodingContainer<Key>
+  init(_ container: KeyedEncodingContainer<Key>) { self.container = container }
 }
 
 struct KeyedRecordEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
