@@ -145,6 +145,20 @@ public struct Index<Model>: @unchecked Sendable {
   }
 }
 
+/// An index as the write path uses it. Nothing in it names the model type:
+/// Repo runs unspecialized over the app's models, and a loop over an array
+/// whose element type depends on the model looks up that type's generic
+/// metadata (about 340 instructions) on every write.
+struct IndexWriter {
+  /// Keyspace of the index's entries.
+  let keyspace: String
+  let name: String
+  let unique: Bool
+  /// The entry key of the model the pointer points to, whose record key is
+  /// the second argument. Throws the index's `RepoError` (unsupported key).
+  let key: (UnsafeRawPointer, [UInt8]) throws -> [UInt8]
+}
+
 /// The keyspaces and indexes of one model type in a store.
 struct ModelSpace<M>: @unchecked Sendable {
   /// The model's stored name.
@@ -154,6 +168,8 @@ struct ModelSpace<M>: @unchecked Sendable {
   /// Keyspace of bookkeeping (which indexes are built).
   let meta: String
   let indexes: [ResolvedIndex<M>]
+  /// The same indexes as the write path uses them (see `IndexWriter`).
+  let writers: [IndexWriter]
   let counters: RepoCounters
   /// Plans made for this model's queries.
   let plans = PlanCache()
@@ -182,6 +198,14 @@ struct ModelSpace<M>: @unchecked Sendable {
       resolved.append(ResolvedIndex(index: index, keyspace: name + "#index:" + index.name))
     }
     indexes = resolved
+    writers = resolved.map { i in
+      let index = i.index
+      return IndexWriter(keyspace: i.keyspace, name: index.name, unique: index.unique) { model, id in
+        // Safe: writers are called with a pointer to an M (ModelAccess.write).
+        let value = try index.encode(model.assumingMemoryBound(to: M.self).pointee)
+        return index.unique ? value : value + id
+      }
+    }
     guard (name + "#index:").utf8.count + (declared.map(\.name.utf8.count).max() ?? 0) <= Limits.maxKeyspaceNameSize
     else { throw RepoError(.invalidIndex, "model or index name too long for a keyspace name", model: name) }
   }

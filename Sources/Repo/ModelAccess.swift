@@ -4,9 +4,17 @@ import Foundation
 /// The operations on one model's records, over an engine reader or write
 /// transaction. Both the async `Repository` and the repositories bound to a
 /// `store.write { }` transaction run these.
-struct ModelAccess<M: Codable & Sendable & Identifiable>: @unchecked Sendable
+///
+/// A class, not a struct: this code runs unspecialized over the app's model
+/// type, and a method of a generic struct called from a closure (a scan's
+/// visitor calling `decode`, per record) first looks up the struct's generic
+/// metadata, about 300 instructions; a final class's methods find it in the
+/// instance.
+final class ModelAccess<M: Codable & Sendable & Identifiable>: @unchecked Sendable
 where M.ID: Codable & Hashable & Sendable {
   let space: ModelSpace<M>
+
+  init(space: ModelSpace<M>) { self.space = space }
 
   // MARK: Encoding
 
@@ -259,7 +267,7 @@ where M.ID: Codable & Hashable & Sendable {
     if limit == 0 { return [] }
     let matches = filter(d.predicate, exact: plan.exact, reader)
     if plan.ordered || d.sortBy.isEmpty {
-      var out: [M] = []
+      let out = Gathered<M>(capacity: min(limit ?? 16, 1024))
       var skipped = 0
       try scan(plan, reader) { key, bytes, _ in
         // Records skipped by the offset are tested, never decoded.
@@ -270,7 +278,7 @@ where M.ID: Codable & Hashable & Sendable {
         guard try match(matches, key, bytes, { out.append($0) }) else { return true }
         return limit.map { out.count < $0 } ?? true
       }
-      return out
+      return out.take()
     }
     let comparator = SortComparator(d)
     if let limit {
@@ -349,27 +357,40 @@ where M.ID: Codable & Hashable & Sendable {
 
   /// Stores `model` and moves its index entries from `old`'s values to its own.
   private func write(_ model: M, key k: [UInt8], old: M, _ tx: WriteTransaction) throws {
-    try write(model, key: k, oldIndexKey: { try indexKey($0, old, id: k) }, tx)
+    try withUnsafePointer(to: old) { o in
+      try write(model, key: k, oldIndexKey: { try indexKey($0, o, id: k) }, tx)
+    }
   }
 
   private func write(
-    _ model: M, key k: [UInt8], oldIndexKey: (ModelSpace<M>.ResolvedIndex<M>) throws -> [UInt8]?,
-    _ tx: WriteTransaction
+    _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
   ) throws {
-    for i in space.indexes {
-      let newKey = try indexKey(i, model, id: k)
-      if let oldKey = try oldIndexKey(i) {
-        if oldKey == newKey { continue }
-        try tx.delete(oldKey, in: i.keyspace)
+    try withUnsafePointer(to: model) { p in
+      for i in space.writers {
+        let newKey = try indexKey(i, p, id: k)
+        if let oldKey = try oldIndexKey(i) {
+          if oldKey == newKey { continue }
+          try tx.delete(oldKey, in: i.keyspace)
+        }
+        if i.unique, let holder = try tx.get(newKey, in: i.keyspace), holder != k {
+          throw RepoError(
+            .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.name)",
+            model: space.name, id: "\(model.id)", field: i.name)
+        }
+        try tx.put(newKey, k, in: i.keyspace)
       }
-      if i.index.unique, let holder = try tx.get(newKey, in: i.keyspace), holder != k {
-        throw RepoError(
-          .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.index.name)",
-          model: space.name, id: "\(model.id)", field: i.index.name)
-      }
-      try tx.put(newKey, k, in: i.keyspace)
     }
     try tx.put(k, try encode(model), in: space.records)
+  }
+
+  /// The key in index `i` of the model `model` points to.
+  @inline(__always)
+  private func indexKey(_ i: IndexWriter, _ model: UnsafePointer<M>, id: [UInt8]) throws -> [UInt8] {
+    do {
+      return try i.key(UnsafeRawPointer(model), id)
+    } catch let e as RepoError {
+      throw RepoError(e.code, e.message, model: space.name, id: "\(model.pointee.id)", field: i.name)
+    }
   }
 
   @discardableResult
@@ -382,7 +403,9 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   private func removeIndexEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
-    for i in space.indexes { try tx.delete(try indexKey(i, model, id: k), in: i.keyspace) }
+    try withUnsafePointer(to: model) { p in
+      for i in space.writers { try tx.delete(try indexKey(i, p, id: k), in: i.keyspace) }
+    }
   }
 
   /// Deletes every record and index entry: one range delete per keyspace,
@@ -407,13 +430,13 @@ where M.ID: Codable & Hashable & Sendable {
     let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
     if case .index(let i, _, _) = plan.access { scannedIndex = i } else { scannedIndex = nil }
     let scannedKeyspace = scannedIndex?.keyspace ?? space.records
-    var otherIndexes = space.indexes.filter { $0.keyspace != scannedKeyspace }
+    var otherIndexes = space.writers.filter { $0.keyspace != scannedKeyspace }
     // A union reads several keyspaces in no one key order: no spans, every
     // record's entries one by one.
     var isUnion = false
     if case .union = plan.access {
       isUnion = true
-      otherIndexes = space.indexes
+      otherIndexes = space.writers
     }
 
     if plan.exact && otherIndexes.isEmpty && !isUnion {
@@ -438,13 +461,17 @@ where M.ID: Codable & Hashable & Sendable {
     let matches = filter(predicate, exact: plan.exact, tx)
     // Collect first: deleting while a cursor reads would not be seen by it
     // anyway (it reads a frozen view), but the spans must be known whole.
-    var victims: [(key: [UInt8], model: M)] = []
+    // Keys and models side by side, not as an array of pairs: an array
+    // whose element type depends on M costs a metadata lookup per append.
+    var victimKeys: [[UInt8]] = []
+    let victims = Gathered<M>()
     var spans: [(first: [UInt8], last: [UInt8])] = []
     var open = false
     try scan(plan, tx) { key, bytes, indexKey in
       let matched = try match(matches, key, bytes) { m in
         let k = Array(key)
-        victims.append((k, m))
+        victimKeys.append(k)
+        victims.append(m)
         guard !isUnion else { return }
         let scanned = indexKey ?? k
         if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
@@ -462,11 +489,16 @@ where M.ID: Codable & Hashable & Sendable {
       }
     }
     // 2. Everything else, entry by entry.
-    for v in victims {
-      if scannedIndex != nil || isUnion { try tx.delete(v.key, in: space.records) }
-      for i in otherIndexes { try tx.delete(try indexKey(i, v.model, id: v.key), in: i.keyspace) }
+    for (n, k) in victimKeys.enumerated() {
+      if scannedIndex != nil || isUnion { try tx.delete(k, in: space.records) }
+      guard !otherIndexes.isEmpty else { continue }
+      try victims.withModel(at: n) { p in
+        for i in otherIndexes {
+          try tx.delete(try indexKey(i, p, id: k), in: i.keyspace)
+        }
+      }
     }
-    return victims.count
+    return victimKeys.count
   }
 
   /// Changes every matching record in place and stores it back, indexes kept.
@@ -476,20 +508,28 @@ where M.ID: Codable & Hashable & Sendable {
   ) throws -> Int {
     let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
     let matches = filter(predicate, exact: plan.exact, tx)
-    var selected: [(key: [UInt8], model: M)] = []
+    // Side by side, as in delete(matching:).
+    var keys: [[UInt8]] = []
+    let selected = Gathered<M>()
     try scan(plan, tx) { key, bytes, _ in
-      _ = try match(matches, key, bytes) { selected.append((Array(key), $0)) }
+      _ = try match(matches, key, bytes) {
+        keys.append(Array(key))
+        selected.append($0)
+      }
       return true
     }
-    for (k, old) in selected {
-      var new = old
-      try change(&new)
-      guard try key(new.id) == k else {
-        throw RepoError(.encoding, "a batch update may not change a record's id", model: space.name, id: "\(old.id)")
+    for (n, k) in keys.enumerated() {
+      try selected.withModel(at: n) { p in
+        var new = p.pointee
+        try change(&new)
+        guard try key(new.id) == k else {
+          throw RepoError(
+            .encoding, "a batch update may not change a record's id", model: space.name, id: "\(p.pointee.id)")
+        }
+        try write(new, key: k, old: p.pointee, tx)
       }
-      try write(new, key: k, old: old, tx)
     }
-    return selected.count
+    return keys.count
   }
 }
 

@@ -26,6 +26,26 @@ import Testing
     await #expect { try await users.update(b) } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
   }
 
+  /// Indexed on a value keys cannot order (a dictionary).
+  struct Tagged: Codable, Sendable, Identifiable, IndexedModel {
+    var id: Int
+    var tags: [String: Int]
+    var name: String
+    static let indexes: [Index<Tagged>] = [.index(\.name), .index(\.tags)]
+  }
+
+  @Test func anIndexValueKeysCannotOrderIsAnErrorNamingModelIdAndIndex() throws {
+    let store = try Store.inMemory()
+    #expect {
+      try store.writeNow { try $0.repository(Tagged.self).insert(Tagged(id: 7, tags: ["a": 1], name: "n")) }
+    } throws: { e in
+      guard let e = e as? RepoError else { return false }
+      return e.code == .unsupportedKey && e.model == "Tagged" && e.id == "7" && e.field == "tags"
+    }
+    // Nothing was written, not even the first index's entry.
+    #expect(try store.read { try $0.repository(Tagged.self).count() } == 0)
+  }
+
   @Test func transactionsSpanRepositoriesAndReadsSeeOnlyCommits() async throws {
     let store = try Store.inMemory()
     struct Boom: Error {}
