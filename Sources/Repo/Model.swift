@@ -159,8 +159,10 @@ struct IndexWriter {
   let key: (UnsafeRawPointer, [UInt8]) throws -> [UInt8]
 }
 
-/// The keyspaces and indexes of one model type in a store.
-struct ModelSpace<M>: @unchecked Sendable {
+/// The keyspaces and indexes of one model type in a store, made once per
+/// store (`SpaceCache`). A class, so that handing it out costs no generic
+/// metadata lookup in Repo's unspecialized code.
+final class ModelSpace<M>: @unchecked Sendable {
   /// The model's stored name.
   let name: String
   /// Keyspace of the records: key = the id's key encoding, value = the record encoding.

@@ -124,7 +124,14 @@ where M.ID: Codable & Hashable & Sendable {
 
   func get(_ id: M.ID, _ reader: some KeyValueReader) throws -> M? {
     let k = try key(id)
-    return try reader.withValue(for: k, in: space.records) { try decode($0, key: k) }
+    // Decoded into a slot rather than through `withValue`, whose `M?`
+    // result box costs a generic metadata lookup (more than the slot).
+    let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
+    defer { slot.deallocate() }
+    guard try reader.visitValue(for: k, in: space.records, { slot.initialize(to: try decode($0, key: k)) }) else {
+      return nil
+    }
+    return slot.move()
   }
 
   func count(_ reader: some KeyValueReader) throws -> Int { Int(try reader.count(in: space.records)) }

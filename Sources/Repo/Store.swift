@@ -90,6 +90,9 @@ public final class Store: Sendable {
 
   func space<M>(_ type: M.Type) throws -> ModelSpace<M> { try spaces.get(type) }
 
+  func access<M: Codable & Sendable & Identifiable>(_ type: M.Type) throws -> ModelAccess<M>
+  where M.ID: Codable & Hashable & Sendable { try spaces.access(type) }
+
   /// Runs `body` in one write transaction and commits it; if `body` throws,
   /// every change it made, in every repository, is rolled back.
   ///
@@ -182,8 +185,11 @@ final class Boxed<Value> {
 /// Resolved model spaces by type, built once per store.
 final class SpaceCache: @unchecked Sendable {
   private let lock = NSLock()
-  /// By model type: a `Boxed<ModelSpace<M>>` for the type whose identifier is the key.
+  /// By model type: the `ModelSpace<M>` for the type whose identifier is the key.
   private var spaces: [ObjectIdentifier: AnyObject] = [:]
+  /// By model type: its `ModelAccess<M>` (immutable, shared by every
+  /// repository of the type, so making a repository allocates nothing).
+  private var accesses: [ObjectIdentifier: AnyObject] = [:]
   let counters: RepoCounters
 
   init(counters: RepoCounters) { self.counters = counters }
@@ -191,9 +197,27 @@ final class SpaceCache: @unchecked Sendable {
   func get<M>(_ type: M.Type) throws -> ModelSpace<M> {
     lock.lock()
     defer { lock.unlock() }
-    if let box = spaces[ObjectIdentifier(type)] { return unsafeDowncast(box, to: Boxed<ModelSpace<M>>.self).value }
+    return try space(type)
+  }
+
+  /// The shared `ModelAccess` of `type`.
+  func access<M: Codable & Sendable & Identifiable>(_ type: M.Type) throws -> ModelAccess<M>
+  where M.ID: Codable & Hashable & Sendable {
+    lock.lock()
+    defer { lock.unlock() }
+    // Safe: the entry of this identifier is a ModelAccess<M>.
+    if let a = accesses[ObjectIdentifier(type)] { return unsafeDowncast(a, to: ModelAccess<M>.self) }
+    let a = ModelAccess(space: try space(type))
+    accesses[ObjectIdentifier(type)] = a
+    return a
+  }
+
+  /// `get` with the lock held.
+  private func space<M>(_ type: M.Type) throws -> ModelSpace<M> {
+    // Safe: the entry of this identifier is a ModelSpace<M>.
+    if let s = spaces[ObjectIdentifier(type)] { return unsafeDowncast(s, to: ModelSpace<M>.self) }
     let s = try ModelSpace(type, counters: counters)
-    spaces[ObjectIdentifier(type)] = Boxed(s)
+    spaces[ObjectIdentifier(type)] = s
     return s
   }
 }
@@ -214,7 +238,7 @@ public final class StoreTransaction {
   public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
     -> TransactionRepository<M>
   where M.ID: Codable & Hashable & Sendable {
-    let access = ModelAccess<M>(space: try store.space(type))
+    let access = try store.access(type)
     if prepared.insert(ObjectIdentifier(type)).inserted { try access.prepare(transaction) }
     return TransactionRepository(access: access, transaction: transaction)
   }
@@ -235,6 +259,6 @@ public final class StoreSnapshot: @unchecked Sendable {
   public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
     -> SnapshotRepository<M>
   where M.ID: Codable & Hashable & Sendable {
-    SnapshotRepository(access: ModelAccess<M>(space: try store.space(type)), snapshot: snapshot)
+    SnapshotRepository(access: try store.access(type), snapshot: snapshot)
   }
 }

@@ -195,7 +195,7 @@ extension Repository {
 
   private func observer(_ descriptor: FetchDescriptor<Model>, differences: Bool) throws -> QueryObserver<Model> {
     QueryObserver(
-      access: ModelAccess(space: try store.space(Model.self)), descriptor: descriptor,
+      access: try store.access(Model.self), descriptor: descriptor,
       stream: try store.database.subscribe(), differences: differences)
   }
 }
