@@ -135,6 +135,21 @@ public final class WriteTransaction: KeyValueReader {
     record(.put(keyspace: keyspace, key: key, value: value))
   }
 
+  /// Stores `value` under `key` only if `key` is absent from `keyspace`;
+  /// a present key keeps its value. Returns whether it stored. One descent
+  /// of the tree: cheaper than ``contains(_:in:)`` and then ``put(_:_:in:)``.
+  @discardableResult
+  public func insert(_ key: [UInt8], _ value: [UInt8], in keyspace: String) throws -> Bool {
+    try checkOpen()
+    try Validate.key(key)
+    try Validate.value(value)
+    try Validate.keyspace(keyspace)
+    try checkKeyspaceLimit(keyspace)
+    let inserted = try mutate({ try editor.put(key, value, in: keyspace, ifAbsent: true) }, changedIf: { $0 })
+    if inserted { record(.put(keyspace: keyspace, key: key, value: value)) }
+    return inserted
+  }
+
   /// Removes `key` from `keyspace`. Returns whether it was present.
   @discardableResult
   public func delete(_ key: [UInt8], in keyspace: String) throws -> Bool {

@@ -35,11 +35,14 @@ struct TreeEditor {
 
   /// Stores `value` under `key`, creating the keyspace if needed. Returns
   /// whether the key was new.
+  ///
+  /// `ifAbsent`: a present key is left as it is (and nothing is noted).
   @discardableResult
-  mutating func put(_ key: [UInt8], _ value: [UInt8], in keyspace: String) throws -> Bool {
+  mutating func put(_ key: [UInt8], _ value: [UInt8], in keyspace: String, ifAbsent: Bool = false) throws -> Bool {
     let ctx = context
     if changes != nil && trees[keyspace] == nil { noteCreated(keyspace) }
-    let inserted = try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx)
+    let inserted = try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx, ifAbsent: ifAbsent)
+    if ifAbsent && !inserted { return false }
     if changes != nil {
       let existed = { [base] in base[keyspace].map { $0.presence(of: key, ctx) } ?? false }
       changes!.keyspaces[keyspace, default: KeyspaceChanges()].put(key, inserted: inserted, before: existed)

@@ -330,11 +330,13 @@ where M.ID: Codable & Hashable & Sendable {
 
   func insert(_ model: M, _ tx: WriteTransaction) throws {
     let k = try key(model.id)
-    // Present or not, without copying a record out.
-    guard try !tx.visitValue(for: k, in: space.records, { _ in }) else {
+    let entries = try indexEntries(of: model, key: k, tx)
+    // Stored only if its id is free: the duplicate check and the write are
+    // one descent of the tree.
+    guard try tx.insert(k, try encode(model), in: space.records) else {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
-    try write(model, key: k, tx)
+    for (i, entry) in zip(space.writers, entries) { try tx.put(entry, k, in: i.keyspace) }
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {
@@ -372,22 +374,38 @@ where M.ID: Codable & Hashable & Sendable {
   private func write(
     _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
   ) throws {
-    try withUnsafePointer(to: model) { p in
-      for i in space.writers {
-        let newKey = try indexKey(i, p, id: k)
-        if let oldKey = try oldIndexKey(i) {
-          if oldKey == newKey { continue }
-          try tx.delete(oldKey, in: i.keyspace)
-        }
-        if i.unique, let holder = try tx.get(newKey, in: i.keyspace), holder != k {
+    let entries = try indexEntries(of: model, key: k, tx)
+    for (i, entry) in zip(space.writers, entries) {
+      if let oldKey = try oldIndexKey(i) {
+        if oldKey == entry { continue }
+        try tx.delete(oldKey, in: i.keyspace)
+      }
+      try tx.put(entry, k, in: i.keyspace)
+    }
+    try tx.put(k, try encode(model), in: space.records)
+  }
+
+  /// `model`'s key in each index, in `space.writers`' order, after checking
+  /// that no other record holds its value in a unique index. Nothing is
+  /// written: a refused write leaves the transaction as it was, so a caller
+  /// that catches the error can go on.
+  private func indexEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws -> [[UInt8]] {
+    let writers = space.writers
+    guard !writers.isEmpty else { return [] }
+    return try withUnsafePointer(to: model) { p in
+      var keys: [[UInt8]] = []
+      keys.reserveCapacity(writers.count)
+      for i in writers {
+        let entry = try indexKey(i, p, id: k)
+        if i.unique, let holder = try tx.get(entry, in: i.keyspace), holder != k {
           throw RepoError(
             .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.name)",
             model: space.name, id: "\(model.id)", field: i.name)
         }
-        try tx.put(newKey, k, in: i.keyspace)
+        keys.append(entry)
       }
+      return keys
     }
-    try tx.put(k, try encode(model), in: space.records)
   }
 
   /// The key in index `i` of the model `model` points to.

@@ -22,6 +22,47 @@ import Testing
     #expect(try db.read { try $0.count(in: "ks") } == 1)
   }
 
+  @Test func insertStoresOnlyAbsentKeysAndLeavesPresentOnesUntouched() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    // Into a keyspace that does not exist yet, and enough keys to split.
+    try db.write { tx throws in
+      for i in 0..<2_000 { #expect(try tx.insert(key(i), b("first"), in: "ks")) }
+      #expect(try tx.insert(key(7), b("second"), in: "ks") == false)
+      #expect(try tx.get(key(7), in: "ks") == b("first"))
+    }
+    let stream = try db.subscribe()
+    let walBefore = db.statistics.walBytesWritten
+    let tx = try db.beginWrite(trackingChanges: true)
+    for i in stride(from: 0, to: 2_000, by: 97) {
+      #expect(try tx.insert(key(i), b("again"), in: "ks") == false)
+    }
+    #expect(tx.changes?.keyspaces["ks"] == nil, "refused inserts are not changes")
+    #expect(try tx.insert(key(5_000), b("new"), in: "ks"))
+    try tx.commit()
+    let e = try #require(stream.poll())
+    #expect(e.changes.keyspaces["ks"]?.inserted == [key(5_000)])
+    #expect(e.changes.keyspaces["ks"]?.updated.isEmpty == true)
+    // Only the one stored key reached the log.
+    #expect(db.statistics.walBytesWritten - walBefore < 200)
+    // A transaction of refused inserts alone writes nothing.
+    let walAfter = db.statistics.walBytesWritten
+    try db.write { tx throws in #expect(try tx.insert(key(3), b("x"), in: "ks") == false) }
+    #expect(db.statistics.walBytesWritten == walAfter)
+    try db.close()
+
+    // After recovery from the log, the same answers.
+    let again = try Database.open(at: "/s", options: memoryOptions(fs))
+    #expect(try again.read { try $0.count(in: "ks") } == 2_001)
+    #expect(try again.read { try $0.get(key(97), in: "ks") } == b("first"))
+    #expect(try again.write { try $0.insert(key(97), b("y"), in: "ks") } == false)
+    #expect(try again.write { try $0.insert(key(2_000), b("y"), in: "ks") })
+    #expect(try again.read { try $0.get(key(2_000), in: "ks") } == b("y"))
+    #expect(throws: EngineError.self) { try again.write { try $0.insert([], b("v"), in: "") } }
+    #expect(try again.snapshot().verify().isClean)
+    try again.close()
+  }
+
   @Test func keyspacesAreCreatedOnFirstUseListedAndDropped() throws {
     let db = try Database.inMemory()
     try db.write { tx in

@@ -26,6 +26,60 @@ import Testing
     await #expect { try await users.update(b) } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
   }
 
+  /// A plain index before a unique one: a refused insert has already
+  /// written the first index's entry when the second refuses.
+  struct Badge: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+    var id: Int
+    var owner: String
+    var code: String
+    static let indexes: [Index<Badge>] = [.index(\.owner), .unique(\.code)]
+  }
+
+  @Test func aRefusedInsertCaughtInsideATransactionLeavesNoTrace() throws {
+    let store = try Store.inMemory()
+    let stream = try store.database.subscribe()
+    try store.writeNow { tx in
+      let badges = try tx.repository(Badge.self)
+      try badges.insert(Badge(id: 1, owner: "ann", code: "A"))
+      // Taken code: the owner index entry it wrote first is taken back.
+      #expect {
+        try badges.insert(Badge(id: 2, owner: "bob", code: "A"))
+      } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
+      // Taken id: the stored record keeps its values.
+      #expect {
+        try badges.insert(Badge(id: 1, owner: "cid", code: "C"))
+      } throws: { ($0 as? RepoError)?.code == .duplicateID }
+      // The transaction goes on: id 2 and code C are free, "bob" is in no entry.
+      try badges.insert(Badge(id: 2, owner: "dan", code: "C"))
+      // Updates refused the same way leave the first index's entry as it was.
+      for write in [badges.update, badges.upsert] {
+        #expect {
+          try write(Badge(id: 1, owner: "eve", code: "C"))
+        } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
+      }
+      #expect(try badges.get(1) == Badge(id: 1, owner: "ann", code: "A"))
+    }
+    let all = try store.read { try $0.repository(Badge.self).fetch(FetchDescriptor(sortBy: [SortDescriptor(\.id)])) }
+    #expect(all == [Badge(id: 1, owner: "ann", code: "A"), Badge(id: 2, owner: "dan", code: "C")])
+    // Each index holds exactly the committed records' entries.
+    try store.read { tx in
+      let badges = try tx.repository(Badge.self)
+      for owner in ["ann", "bob", "cid", "dan", "eve"] {
+        let d = FetchDescriptor<Badge>(predicate: #Predicate { $0.owner == owner })
+        #expect(try badges.explain(d).contains("index"))
+        #expect(try badges.fetch(d).map(\.owner) == all.filter { $0.owner == owner }.map(\.owner))
+      }
+      for code in ["A", "C"] {
+        #expect(try badges.count(matching: #Predicate { $0.code == code }) == 1)
+      }
+    }
+    // The commit reports the two records and their entries, nothing refused.
+    let e = try #require(stream.poll())
+    let badgeSpaces = e.changes.keyspaces.filter { $0.key == "Badge" || $0.key.hasPrefix("Badge#index:") }
+    #expect(badgeSpaces.count == 3, "\(badgeSpaces.keys.sorted())")
+    #expect(badgeSpaces.values.allSatisfy { $0.inserted.count == 2 && $0.updated.isEmpty && $0.deleted.isEmpty })
+  }
+
   /// Indexed on a value keys cannot order (a dictionary).
   struct Tagged: Codable, Sendable, Identifiable, IndexedModel {
     var id: Int

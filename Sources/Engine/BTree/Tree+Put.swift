@@ -1,8 +1,12 @@
 /// Insertion with copy-on-write and splits.
 extension TreeRoot {
   /// Stores `value` under `key`. Returns true if the key was new.
+  ///
+  /// `ifAbsent`: a key already present keeps its value and the tree is not
+  /// touched (no node is copied); returns false. An insert that must not
+  /// replace thus costs one descent, not a lookup and then a put.
   @discardableResult
-  mutating func put(_ key: [UInt8], _ value: LeafValue, _ ctx: TreeContext) throws -> Bool {
+  mutating func put(_ key: [UInt8], _ value: LeafValue, _ ctx: TreeContext, ifAbsent: Bool = false) throws -> Bool {
     guard let root else {
       let leaf = LeafNode(owner: ctx.owner)
       leaf.insert(key, value, at: 0)
@@ -12,7 +16,8 @@ extension TreeRoot {
       return true
     }
     let node = try ctx.resolve(root, level: height - 1)
-    let result = try Self.put(key, value, into: node, rightmost: true, ctx)
+    let result = try Self.put(key, value, into: node, rightmost: true, ifAbsent: ifAbsent, ctx)
+    guard result.changed else { return false }
     if let (separator, right) = result.split {
       let branch = BranchNode(
         owner: ctx.owner, level: height, keys: PackedKeys([separator]),
@@ -36,26 +41,29 @@ extension TreeRoot {
   /// keys that follow. Halves would leave every node of a sorted load half
   /// empty: twice the nodes to split, write and read.
   private static func put(
-    _ key: [UInt8], _ value: LeafValue, into node: Node, rightmost: Bool, _ ctx: TreeContext
-  ) throws -> (node: Node, split: ([UInt8], Node)?, inserted: Bool) {
+    _ key: [UInt8], _ value: LeafValue, into node: Node, rightmost: Bool, ifAbsent: Bool, _ ctx: TreeContext
+  ) throws -> (node: Node, split: ([UInt8], Node)?, inserted: Bool, changed: Bool) {
     switch node {
     case .leaf(let leaf):
+      // Found in the leaf as it is: a writable copy has the same keys.
+      let (i, found) = leaf.find(key)
+      if found && ifAbsent { return (node, nil, false, false) }
       let w = ctx.writable(leaf)
-      let (i, found) = w.find(key)
       if found { w.setValue(value, at: i) } else { w.insert(key, value, at: i) }
       if w.encodedSize > ctx.nodeSize && w.count > 1 {
         let appended = rightmost && !found && i == w.count - 1
         let right = w.splitOff(from: appended ? i : w.splitIndex(), owner: ctx.owner)
         let separator = shortestSeparator(after: w.key(at: w.count - 1), upTo: right.key(at: 0))
-        return (.leaf(w), (separator, .leaf(right)), !found)
+        return (.leaf(w), (separator, .leaf(right)), !found, true)
       }
-      return (.leaf(w), nil, !found)
+      return (.leaf(w), nil, !found, true)
 
     case .branch(let branch):
       let i = branch.childIndex(for: key)
       let child = try ctx.resolve(branch.children[i], level: branch.level - 1)
       let last = rightmost && i == branch.childCount - 1
-      let result = try put(key, value, into: child, rightmost: last, ctx)
+      let result = try put(key, value, into: child, rightmost: last, ifAbsent: ifAbsent, ctx)
+      guard result.changed else { return (node, nil, false, false) }
       let w = ctx.writable(branch)
       if let (separator, right) = result.split {
         w.setChild(i, .memory(result.node), count: result.node.keyCount)
@@ -67,9 +75,9 @@ extension TreeRoot {
         // The new last child alone, after a split at the end below.
         let appended = last && result.split != nil
         let (separator, right) = w.splitOff(from: appended ? w.childCount - 1 : w.splitIndex(), owner: ctx.owner)
-        return (.branch(w), (separator, .branch(right)), result.inserted)
+        return (.branch(w), (separator, .branch(right)), result.inserted, true)
       }
-      return (.branch(w), nil, result.inserted)
+      return (.branch(w), nil, result.inserted, true)
     }
   }
 }
