@@ -126,11 +126,7 @@ public final class WriteTransaction: KeyValueReader {
   /// - Throws: ``EngineError/Code/keyTooLarge``, ``EngineError/Code/valueTooLarge``,
   ///   ``EngineError/Code/invalidArgument`` for a bad keyspace name.
   public func put(_ key: [UInt8], _ value: [UInt8], in keyspace: String) throws {
-    try checkOpen()
-    try Validate.key(key)
-    try Validate.value(value)
-    try Validate.keyspace(keyspace)
-    try checkKeyspaceLimit(keyspace)
+    try checkPut(key, value, keyspace)
     try mutate { try editor.put(key, value, in: keyspace) }
     record(.put(keyspace: keyspace, key: key, value: value))
   }
@@ -140,14 +136,19 @@ public final class WriteTransaction: KeyValueReader {
   /// of the tree: cheaper than ``contains(_:in:)`` and then ``put(_:_:in:)``.
   @discardableResult
   public func insert(_ key: [UInt8], _ value: [UInt8], in keyspace: String) throws -> Bool {
+    try checkPut(key, value, keyspace)
+    let inserted = try mutate({ try editor.put(key, value, in: keyspace, ifAbsent: true) }, changedIf: { $0 })
+    if inserted { record(.put(keyspace: keyspace, key: key, value: value)) }
+    return inserted
+  }
+
+  /// What ``put(_:_:in:)`` and ``insert(_:_:in:)`` check before writing.
+  private func checkPut(_ key: [UInt8], _ value: [UInt8], _ keyspace: String) throws {
     try checkOpen()
     try Validate.key(key)
     try Validate.value(value)
     try Validate.keyspace(keyspace)
     try checkKeyspaceLimit(keyspace)
-    let inserted = try mutate({ try editor.put(key, value, in: keyspace, ifAbsent: true) }, changedIf: { $0 })
-    if inserted { record(.put(keyspace: keyspace, key: key, value: value)) }
-    return inserted
   }
 
   /// Removes `key` from `keyspace`. Returns whether it was present.

@@ -330,13 +330,13 @@ where M.ID: Codable & Hashable & Sendable {
 
   func insert(_ model: M, _ tx: WriteTransaction) throws {
     let k = try key(model.id)
-    let entries = try indexEntries(of: model, key: k, tx)
+    let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
     // Stored only if its id is free: the duplicate check and the write are
     // one descent of the tree.
     guard try tx.insert(k, try encode(model), in: space.records) else {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
-    for (i, entry) in zip(space.writers, entries) { try tx.put(entry, k, in: i.keyspace) }
+    for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {
@@ -374,37 +374,38 @@ where M.ID: Codable & Hashable & Sendable {
   private func write(
     _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
   ) throws {
-    let entries = try indexEntries(of: model, key: k, tx)
-    for (i, entry) in zip(space.writers, entries) {
-      if let oldKey = try oldIndexKey(i) {
-        if oldKey == entry { continue }
-        try tx.delete(oldKey, in: i.keyspace)
-      }
-      try tx.put(entry, k, in: i.keyspace)
+    let entries = try indexEntries(of: model, key: k, oldIndexKey: oldIndexKey, tx)
+    for (i, entry) in zip(space.writers, entries) where entry.old != entry.new {
+      if let old = entry.old { try tx.delete(old, in: i.keyspace) }
+      try tx.put(entry.new, k, in: i.keyspace)
     }
     try tx.put(k, try encode(model), in: space.records)
   }
 
-  /// `model`'s key in each index, in `space.writers`' order, after checking
-  /// that no other record holds its value in a unique index. Nothing is
-  /// written: a refused write leaves the transaction as it was, so a caller
-  /// that catches the error can go on.
-  private func indexEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws -> [[UInt8]] {
+  /// For each index, in `space.writers`' order, the entry `oldIndexKey`
+  /// gives (nil: none) and `model`'s own, after checking that no other
+  /// record holds a changed entry in a unique index. Nothing is written: a
+  /// refused write leaves the transaction as it was, so a caller that
+  /// catches the error can go on.
+  private func indexEntries(
+    of model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
+  ) throws -> [(old: [UInt8]?, new: [UInt8])] {
     let writers = space.writers
     guard !writers.isEmpty else { return [] }
     return try withUnsafePointer(to: model) { p in
-      var keys: [[UInt8]] = []
-      keys.reserveCapacity(writers.count)
+      var entries: [(old: [UInt8]?, new: [UInt8])] = []
+      entries.reserveCapacity(writers.count)
       for i in writers {
-        let entry = try indexKey(i, p, id: k)
-        if i.unique, let holder = try tx.get(entry, in: i.keyspace), holder != k {
+        let new = try indexKey(i, p, id: k)
+        let old = try oldIndexKey(i)
+        if i.unique, old != new, let holder = try tx.get(new, in: i.keyspace), holder != k {
           throw RepoError(
             .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.name)",
             model: space.name, id: "\(model.id)", field: i.name)
         }
-        keys.append(entry)
+        entries.append((old, new))
       }
-      return keys
+      return entries
     }
   }
 
