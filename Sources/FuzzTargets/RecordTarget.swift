@@ -43,6 +43,29 @@ public enum RecordTarget: FuzzTarget {
     }
   }
 
+  /// Flat's fields, every one optional, two of them of other types, and
+  /// one more: a second layout over the same records (nil paths, a
+  /// mismatched type, a field absent from every seed).
+  struct Loose: Codable, Equatable {
+    var id: Int?
+    var name: String?
+    var score: Float?
+    var done: Bool?
+    var when: Date?
+    var uuid: UUID?
+    var small: Int16?
+    var big: UInt8?
+    var ratio: Double?
+    var extra: Data?
+
+    static func == (a: Loose, b: Loose) -> Bool {
+      a.id == b.id && a.name == b.name && a.score?.bitPattern == b.score?.bitPattern && a.done == b.done
+        && a.when?.timeIntervalSinceReferenceDate.bitPattern == b.when?.timeIntervalSinceReferenceDate.bitPattern
+        && a.uuid == b.uuid && a.small == b.small && a.big == b.big && a.ratio?.bitPattern == b.ratio?.bitPattern
+        && a.extra == b.extra
+    }
+  }
+
   struct Address: Codable, Equatable {
     var street: String
     var zip: Int?
@@ -83,7 +106,10 @@ public enum RecordTarget: FuzzTarget {
       return
     }
     switch shape % 8 {
-    case 0: roundTripRecord(Flat.self, bytes)
+    case 0:
+      roundTripRecord(Flat.self, bytes)
+      layoutAgrees(Flat.self, bytes)
+      layoutAgrees(Loose.self, bytes)
     case 1: roundTripRecord(Nested.self, bytes)
     case 2: roundTripRecord([Nested].self, bytes)
     case 3: roundTripRecord(Address?.self, bytes)
@@ -154,6 +180,16 @@ public enum RecordTarget: FuzzTarget {
     } catch {
       check(false, "a decoded record did not encode or decode again: \(error)")
     }
+  }
+
+  /// Whatever the bytes, a model the layout fills is the model init(from:)
+  /// decodes; bytes init(from:) rejects, the layout never fills.
+  static func layoutAgrees<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {
+    check(LayoutDecodingCheck.proof(T.self).proven, "\(T.self)'s layout is not proven")
+    let viaInit = try? RecordCoding.decode(T.self, from: bytes)
+    guard let filled = LayoutDecodingCheck.filled(T.self, bytes) else { return }
+    guard let viaInit else { return check(false, "the layout fills a record init(from:) rejects: \(filled)") }
+    check(filled == viaInit, "the layout fills \(filled), init(from:) decodes \(viaInit)")
   }
 
   static func roundTripKey<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {

@@ -20,11 +20,16 @@ public protocol IndexedModel {
   /// The name its records are stored under. Default: the type's name.
   /// Renaming a type keeps its data if this stays the same.
   static var storedName: String { get }
+  /// How records become values again. Default: ``RecordDecoding/automatic``,
+  /// which fills the model's properties straight from the record when a
+  /// probe proves its `init(from:)` does only that.
+  static var recordDecoding: RecordDecoding { get }
 }
 
 extension IndexedModel {
   public static var indexes: [Index<Self>] { [] }
   public static var storedName: String { String(describing: Self.self) }
+  public static var recordDecoding: RecordDecoding { .automatic }
 }
 
 /// An index over one or more key paths of a model.

@@ -13,8 +13,16 @@ import Foundation
 final class ModelAccess<M: Codable & Sendable & Identifiable>: @unchecked Sendable
 where M.ID: Codable & Hashable & Sendable {
   let space: ModelSpace<M>
+  /// Whether records fill the model by its layout, and why not.
+  let layoutProof: LayoutProof
+  /// The layout, when proven.
+  let layout: RecordLayout?
 
-  init(space: ModelSpace<M>) { self.space = space }
+  init(space: ModelSpace<M>) {
+    self.space = space
+    layoutProof = LayoutProofs.shared.proof(for: M.self)
+    layout = layoutProof.layout
+  }
 
   // MARK: Encoding
 
@@ -47,6 +55,11 @@ where M.ID: Codable & Hashable & Sendable {
   /// Decodes a record; `key` is asked for only to name it in an error.
   func decode(_ bytes: UnsafeRawBufferPointer, key: () -> [UInt8]) throws -> M {
     space.counters.recordsDecoded.add(1, ordering: .relaxed)
+    if let layout {
+      let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
+      defer { slot.deallocate() }
+      if layout.fill(bytes, into: UnsafeMutableRawPointer(slot)) { return slot.move() }
+    }
     do {
       return try RecordDecoder.decode(M.self, from: bytes)
     } catch let e as DecodingError {

@@ -226,6 +226,6 @@ where Model.ID: Codable & Hashable & Sendable {
   public func explain(_ descriptor: FetchDescriptor<Model>) throws -> String {
     var plan = Planner.plan(descriptor, space: access.space, built: try built(), count: access.counter(snapshot))
     plan.filter = access.filter(descriptor.predicate, exact: plan.exact, snapshot).how
-    return plan.description
+    return plan.description + "; " + access.layoutProof.description
   }
 }

@@ -617,6 +617,8 @@ struct RecordBytes {
     case RecordTag.null.rawValue, RecordTag.false.rawValue, RecordTag.true.rawValue: end = o
     case RecordTag.int.rawValue, RecordTag.uint.rawValue:
       while o < b.count && o - offset <= 10 && b[o] >= 0x80 { o += 1 }
+      // Unterminated within ten bytes: `skip` says what is wrong.
+      guard o < b.count, o - offset <= 10 else { return nil }
       end = o + 1
     case RecordTag.double.rawValue, RecordTag.date.rawValue: end = o + 8
     case RecordTag.float.rawValue: end = o + 4

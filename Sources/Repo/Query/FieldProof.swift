@@ -173,25 +173,41 @@ final class ProbeRun<M: Decodable> {
   /// Whether the probe failed for want of an enum's values.
   private(set) var wantedValues = false
 
-  init(enumValues: [Any]) {
+  /// With `extremes`, three more rounds follow the others, handing out
+  /// edge values (empty, long and padded strings, zero, minimum and maximum
+  /// numbers, empty data): an `init(from:)` that trims, clamps or rejects
+  /// them shows it (RecordLayout's proof).
+  init(enumValues: [Any], extremes: Bool = false) {
     session = ProbeSession(enumValues: enumValues)
     var round = 0
     // Round 0 and 1, then one per few-valued field; new fields can appear
     // in later rounds (an init that branches), so loop until none do.
     while round < 2 + session.boundedCount && round < 66 {
-      session.round = round
-      do {
-        models.append(try M(from: ProbeDecoder(session: session, codingPath: [])))
-      } catch let e as ProbeSession.MissingValues {
-        failure = "the probe knows no value of \(e.type) (make it CaseIterable or use it in the predicate)"
-        wantedValues = true
-        return
-      } catch {
-        failure = "\(M.self).init(from:) rejected the probe: \(error)"
-        return
-      }
+      guard decode(round) else { return }
       round += 1
     }
+    guard extremes else { return }
+    for k in 0..<ProbeSession.extremeRounds {
+      session.extreme = k
+      defer { session.extreme = nil }
+      guard decode(round) else { return }
+      round += 1
+    }
+  }
+
+  private func decode(_ round: Int) -> Bool {
+    session.round = round
+    do {
+      models.append(try M(from: ProbeDecoder(session: session, codingPath: [])))
+      return true
+    } catch let e as ProbeSession.MissingValues {
+      failure = "the probe knows no value of \(e.type) (make it CaseIterable or use it in the predicate)"
+      wantedValues = true
+    } catch {
+      failure =
+        "\(M.self).init(from:) rejected the probe\(session.extreme == nil ? "" : "'s edge values"): \(error)"
+    }
+    return false
   }
 
   /// The field `keyPath` reads in every round, if exactly one does.
@@ -262,6 +278,9 @@ final class ProbeSession {
   struct MissingValues: Error { let type: Any.Type }
 
   var round = 0
+  /// In an edge-value round (`ProbeRun`'s `extremes`): which one.
+  var extreme: Int?
+  static var extremeRounds: Int { 3 }
   var absent: (key: String, how: Absence)?
   private(set) var leaves: [Leaf] = []
   private var leafIndex: [String: Int] = [:]
@@ -327,6 +346,11 @@ final class ProbeSession {
   /// The probe's value of primitive type `T` for the field at `path`, or nil
   /// if `T` is not a primitive.
   func primitive<T>(_: T.Type, _ path: [String]) -> T? {
+    if let k = extreme {
+      guard let (value, pv) = edge(T.self, k) else { return nil }
+      note(path, T.self, pv)
+      return value as? T
+    }
     let i = Int64(number(path))
     let b = round == 1
     let value: Any
@@ -362,6 +386,57 @@ final class ProbeSession {
     }
     note(path, T.self, pv)
     return value as? T
+  }
+
+  /// Edge value `k` (0 ..< extremeRounds) of primitive type `T`: the same
+  /// for every field (earlier rounds tell fields apart).
+  private func edge<T>(_: T.Type, _ k: Int) -> (Any, ProbeValue)? {
+    func pick<V>(_ values: [V]) -> V { values[k % values.count] }
+    func signed<I: FixedWidthInteger & SignedInteger>(_: I.Type) -> (Any, ProbeValue) {
+      let v = pick([0, I.min, I.max])
+      return (v, .int(Int64(v)))
+    }
+    func unsigned<I: FixedWidthInteger & UnsignedInteger>(_: I.Type) -> (Any, ProbeValue) {
+      let v = pick([0, 1, I.max])
+      return (v, .uint(UInt64(v)))
+    }
+    switch T.self {
+    case is String.Type:
+      let s = pick(["", "  Ünïcode e\u{301} ✓ padded  ", String(repeating: "long·", count: 700)])
+      return (s, .string(s))
+    case is Bool.Type:
+      let v = k == 1
+      return (v, .bool(v))
+    case is Double.Type:
+      let d = pick([0, -Double.greatestFiniteMagnitude, Double.infinity])
+      return (d, .float(d.bitPattern))
+    case is Float.Type:
+      let f = pick([0, -Float.greatestFiniteMagnitude, Float.infinity])
+      return (f, .float(Double(f).bitPattern))
+    case is Date.Type:
+      let t = pick([0, -1e11, 1e11])
+      return (Date(timeIntervalSinceReferenceDate: t), .float(t.bitPattern))
+    case is UUID.Type:
+      var u = UUID().uuid
+      withUnsafeMutableBytes(of: &u) { p in
+        for j in 0..<16 { p[j] = pick([0, 0xFF, j % 2 == 0 ? 0xA5 : 0x5A]) }
+      }
+      return (UUID(uuid: u), .uuid(UUID(uuid: u)))
+    case is Data.Type:
+      let d = pick([Data(), Data((0..<700).map { UInt8(truncatingIfNeeded: $0) }), Data([0])])
+      return (d, .data(d))
+    case is Int.Type: return signed(Int.self)
+    case is Int64.Type: return signed(Int64.self)
+    case is Int32.Type: return signed(Int32.self)
+    case is Int16.Type: return signed(Int16.self)
+    case is Int8.Type: return signed(Int8.self)
+    case is UInt.Type: return unsigned(UInt.self)
+    case is UInt64.Type: return unsigned(UInt64.self)
+    case is UInt32.Type: return unsigned(UInt32.self)
+    case is UInt16.Type: return unsigned(UInt16.self)
+    case is UInt8.Type: return unsigned(UInt8.self)
+    default: return nil
+    }
   }
 
   private func integer<T>(_: T.Type, _ i: Int64, _ b: Bool) -> (Any, ProbeValue)? {

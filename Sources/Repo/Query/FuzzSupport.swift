@@ -23,3 +23,25 @@ public enum BytePredicateCheck {
     BytePredicate(predicate, samples: { [] }).test != nil
   }
 }
+
+/// For the record fuzz target only: a record decoded by the model's layout
+/// (RecordLayout) beside the same record decoded through `init(from:)`.
+@_spi(Fuzzing)
+public enum LayoutDecodingCheck {
+  /// Whether `M`'s layout is proven, and if not, why.
+  public static func proof<M: Codable>(_: M.Type) -> (proven: Bool, reason: String) {
+    let p = LayoutProofs.shared.proof(for: M.self)
+    return (p.layout != nil, p.description)
+  }
+
+  /// The model the layout fills from `record`, or nil when its layout is
+  /// not proven or the record is not one it fills (init(from:) then
+  /// decides). Whenever this is not nil, `init(from:)` must give the same.
+  public static func filled<M: Codable>(_: M.Type, _ record: [UInt8]) -> M? {
+    guard let layout = LayoutProofs.shared.proof(for: M.self).layout else { return nil }
+    let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
+    defer { slot.deallocate() }
+    guard record.withUnsafeBytes({ layout.fill($0, into: UnsafeMutableRawPointer(slot)) }) else { return nil }
+    return slot.move()
+  }
+}
