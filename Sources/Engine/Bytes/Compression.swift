@@ -35,14 +35,18 @@ enum Compression {
     guard rawLength >= 0, rawLength <= Limits.maxBlockPayload, range.count < Int(Int32.max) else {
       throw .corrupted("compressed block claims raw length \(rawLength)", path: path, offset: offset)
     }
-    var output = [UInt8](repeating: 0, count: rawLength)
-    let produced = input.withUnsafeBytes { src in
-      output.withUnsafeMutableBytes { dst in
+    // Not zero-filled first: LZ4 writes every byte it reports (a scan
+    // decompresses each leaf it reads, and the fill cost a twentieth of it);
+    // the array holds bytes only if it wrote all of them.
+    var produced: Int32 = 0
+    let output = [UInt8](unsafeUninitializedCapacity: rawLength) { dst, initialized in
+      produced = input.withUnsafeBytes { src in
         LZ4_decompress_safe(
           src.baseAddress.map { ($0 + range.lowerBound).assumingMemoryBound(to: CChar.self) },
-          dst.baseAddress?.assumingMemoryBound(to: CChar.self),
+          dst.baseAddress.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: CChar.self) },
           Int32(range.count), Int32(rawLength))
       }
+      initialized = produced == Int32(rawLength) ? rawLength : 0
     }
     guard produced == Int32(rawLength) else {
       throw .corrupted(
