@@ -54,12 +54,28 @@ where M.ID: Codable & Hashable & Sendable {
 
   /// Decodes a record; `key` is asked for only to name it in an error.
   func decode(_ bytes: UnsafeRawBufferPointer, key: () -> [UInt8]) throws -> M {
-    space.counters.recordsDecoded.add(1, ordering: .relaxed)
-    if let layout {
+    if layout != nil {
       let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
       defer { slot.deallocate() }
-      if layout.fill(bytes, into: UnsafeMutableRawPointer(slot)) { return slot.move() }
+      try decode(bytes, key: key, into: slot)
+      return slot.move()
     }
+    return try decodeThroughInit(bytes, key: key)
+  }
+
+  /// Decodes a record into `slot` (uninitialized; initialized unless this
+  /// throws): by the layout when proven, else through init(from:).
+  @inline(__always)
+  func decode(_ bytes: UnsafeRawBufferPointer, key: () -> [UInt8], into slot: UnsafeMutablePointer<M>) throws {
+    if let layout, layout.fill(bytes, into: UnsafeMutableRawPointer(slot)) {
+      space.counters.recordsDecoded.add(1, ordering: .relaxed)
+      return
+    }
+    slot.initialize(to: try decodeThroughInit(bytes, key: key))
+  }
+
+  private func decodeThroughInit(_ bytes: UnsafeRawBufferPointer, key: () -> [UInt8]) throws -> M {
+    space.counters.recordsDecoded.add(1, ordering: .relaxed)
     do {
       return try RecordDecoder.decode(M.self, from: bytes)
     } catch let e as DecodingError {
@@ -141,7 +157,7 @@ where M.ID: Codable & Hashable & Sendable {
     // result box costs a generic metadata lookup (more than the slot).
     let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
     defer { slot.deallocate() }
-    guard try reader.visitValue(for: k, in: space.records, { slot.initialize(to: try decode($0, key: k)) }) else {
+    guard try reader.visitValue(for: k, in: space.records, { try decode($0, key: { k }, into: slot) }) else {
       return nil
     }
     return slot.move()
@@ -295,7 +311,18 @@ where M.ID: Codable & Hashable & Sendable {
           if try isMatch(matches, key, bytes) { skipped += 1 }
           return true
         }
-        guard try match(matches, key, bytes, { out.append($0) }) else { return true }
+        // Decoded straight into the results; one the predicate (on the
+        // model) rejects is dropped again.
+        if let verdict = matches.onBytes?(bytes) {
+          guard verdict else { return true }
+          try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
+        } else {
+          try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
+          guard try out.withModel(at: out.count - 1, { try matches($0.pointee) }) else {
+            out.removeLast()
+            return true
+          }
+        }
         return limit.map { out.count < $0 } ?? true
       }
       return out.take()

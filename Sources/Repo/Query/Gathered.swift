@@ -24,6 +24,21 @@ final class Gathered<M> {
     count += 1
   }
 
+  /// Adds a model `fill` initializes in place (nothing is added if it throws).
+  @inline(__always)
+  func appendInPlace(_ fill: (UnsafeMutablePointer<M>) throws -> Void) rethrows {
+    if count == capacity { grow() }
+    try fill(base + count)
+    count += 1
+  }
+
+  /// Drops the last model.
+  func removeLast() {
+    precondition(count > 0)
+    count -= 1
+    (base + count).deinitialize(count: 1)
+  }
+
   private func grow() {
     let bigger = UnsafeMutablePointer<M>.allocate(capacity: capacity * 2)
     bigger.moveInitialize(from: base, count: count)
