@@ -35,6 +35,9 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func encode(_ model: M) throws -> [UInt8] {
+    if let layout, layout.writeOrder != nil {
+      return withUnsafePointer(to: model) { RecordEncoder.encode(layout: layout, UnsafeRawPointer($0)) }
+    }
     do {
       return try RecordEncoder.encode(model)
     } catch {

@@ -177,6 +177,37 @@ struct OptedOut: Codable, Sendable, Identifiable, IndexedModel {
   static var recordDecoding: RecordDecoding { .initFromDecoder }
 }
 
+/// encode(to:) writes nil as null, not leaving it out.
+struct NullWriter: Codable, Sendable, Equatable {
+  var name: String
+  var note: String?
+  func encode(to encoder: any Encoder) throws {
+    var c = encoder.container(keyedBy: CodingKeys.self)
+    try c.encode(note, forKey: .note)
+    try c.encode(name, forKey: .name)
+  }
+}
+
+/// encode(to:) uppercases what it writes: read by layout, never written by it.
+struct Shouts: Codable, Sendable, Equatable {
+  var name: String
+  func encode(to encoder: any Encoder) throws {
+    var c = encoder.container(keyedBy: CodingKeys.self)
+    try c.encode(name.uppercased(), forKey: .name)
+  }
+}
+
+/// encode(to:) leaves out empty strings.
+struct SkipsEmpty: Codable, Sendable, Equatable {
+  var name: String
+  var tag: String?
+  func encode(to encoder: any Encoder) throws {
+    var c = encoder.container(keyedBy: CodingKeys.self)
+    try c.encode(name, forKey: .name)
+    if let tag, !tag.isEmpty { try c.encode(tag, forKey: .tag) }
+  }
+}
+
 @Suite struct LayoutDecodingTests {
   func proof<M: Codable>(_: M.Type) -> LayoutProof { LayoutProofs.prove(M.self) }
 
@@ -222,6 +253,30 @@ struct OptedOut: Codable, Sendable, Identifiable, IndexedModel {
     #expect(proof(HasEnum.self).description.contains("Mood"))
     #expect(proof(AClass.self).description.contains("not a struct"))
     #expect(proof(OptedOut.self).description.contains("initFromDecoder"))
+  }
+
+  @Test func theWriterIsProvenByteForByteAgainstEncodeTo() throws {
+    #expect(proof(AllKinds.self).layout?.writeOrder != nil)
+    #expect(proof(Swapped.self).layout?.writeOrder != nil)
+    #expect(proof(NullWriter.self).layout?.writeOrder == [1, 0])
+    // Read by layout, but written through encode(to:).
+    #expect(proof(Shouts.self).layout != nil && proof(Shouts.self).layout?.writeOrder == nil)
+    #expect(proof(SkipsEmpty.self).layout != nil && proof(SkipsEmpty.self).layout?.writeOrder == nil)
+
+    func both<M: Codable>(_ m: M) throws -> ([UInt8], [UInt8]) {
+      let layout = try #require(proof(M.self).layout)
+      return (try RecordEncoder.encode(m), withUnsafePointer(to: m) { RecordEncoder.encode(layout: layout, $0) })
+    }
+    for m in [NullWriter(name: "a", note: nil), NullWriter(name: "", note: "b")] {
+      let (viaEncode, viaLayout) = try both(m)
+      #expect(viaEncode == viaLayout)
+    }
+    let seed = testSeed()
+    var rng = SplitMix64(seed: seed)
+    for round in 0..<2_000 {
+      let (viaEncode, viaLayout) = try both(AllKinds.random(&rng))
+      #expect(viaEncode == viaLayout, "seed \(seed) round \(round)")
+    }
   }
 
   @Test func aRequiredFieldMissingGoesThroughInitFromAndItsDefault() throws {
@@ -350,7 +405,9 @@ struct OptedOut: Codable, Sendable, Identifiable, IndexedModel {
       let repo = try s.repository(AllKinds.self)
       #expect(try repo.fetch(FetchDescriptor<AllKinds>()) == models)
       #expect(try repo.get(17) == models[17])
-      #expect(try repo.explain(FetchDescriptor<AllKinds>()).hasSuffix("records filled by layout (26 fields, proven)"))
+      #expect(
+        try repo.explain(FetchDescriptor<AllKinds>()).hasSuffix(
+          "records filled by layout (26 fields, proven), written by layout"))
       let opted = try s.repository(OptedOut.self)
       #expect(try opted.get(1)?.name == "x")
       #expect(try opted.explain(FetchDescriptor<OptedOut>()).contains("records decoded by init(from:)"))

@@ -129,6 +129,18 @@ final class RecordEncoder: PrimitiveWriter {
     return e.buffer.array
   }
 
+  /// The record of the model at `model`, written by its proven layout
+  /// (RecordLayout.write) instead of its `encode(to:)`.
+  static func encode(layout: RecordLayout, _ model: UnsafeRawPointer) -> [UInt8] {
+    let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [], keepsContainers: true)
+    defer { pool.give(top) }
+    let e = top.encoder
+    e.buffer.reset()
+    e.buffer.byte(recordFormatVersion)
+    layout.write(model, into: e)
+    return e.buffer.array
+  }
+
   /// One spare top-level value encoder, with its encoder and grown buffer:
   /// encoding a model one at a time then allocates only the result (three
   /// allocations fewer). Threads that find it taken make their own.

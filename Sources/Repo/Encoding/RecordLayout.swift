@@ -72,8 +72,19 @@ final class RecordLayout: @unchecked Sendable {
   /// The properties, in declaration order, for explain() and tests.
   let summary: String
 
+  /// The order `encode(to:)` writes the properties in, and for each
+  /// property whether a nil is left out (else written as null); nil when
+  /// the writer is not proven to match `encode(to:)`.
+  let writeOrder: [Int]?
+  private let omitsNil: [Bool]
+
   /// `properties`: (record field name, offset, kind, optional), in order.
-  init(_ properties: [(name: String, offset: Int, kind: Kind, optional: Bool)]) {
+  init(
+    _ properties: [(name: String, offset: Int, kind: Kind, optional: Bool)], writeOrder: [Int]? = nil,
+    omitsNil: [Bool] = []
+  ) {
+    self.writeOrder = writeOrder
+    self.omitsNil = omitsNil
     let total = properties.reduce(0) { $0 + $1.name.utf8.count }
     let names = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, total), alignment: 1)
     let fields = UnsafeMutableBufferPointer<Field>.allocate(capacity: max(1, properties.count))
@@ -97,6 +108,15 @@ final class RecordLayout: @unchecked Sendable {
 
   /// The number of properties.
   let count: Int
+
+  func fieldName(_ i: Int) -> String {
+    String(
+      decoding: UnsafeRawBufferPointer(start: names.baseAddress! + fields[i].nameStart, count: fields[i].nameCount),
+      as: UTF8.self)
+  }
+  func offset(_ i: Int) -> Int { fields[i].offset }
+  func kind(_ i: Int) -> Kind { fields[i].kind }
+  func isOptional(_ i: Int) -> Bool { fields[i].optional }
 
   deinit {
     names.deallocate()
@@ -269,6 +289,90 @@ final class RecordLayout: @unchecked Sendable {
     return false
   }
 
+  // MARK: Encoding
+
+  /// Writes the record of the model at `model` after the version byte
+  /// `e` holds: what its `encode(to:)` writes, as the proof checked. Only
+  /// for a layout with a `writeOrder`.
+  func write(_ model: UnsafeRawPointer, into e: RecordEncoder) {
+    guard let order = writeOrder else { preconditionFailure("write on a layout without a proven writer") }
+    let countAt = e.openContainer(.keyed)
+    var n = 0
+    for i in order {
+      let f = fields[i]
+      let p = model + f.offset
+      if f.optional && isNil(f, p) {
+        if omitsNil[i] { continue }
+        name(i, e)
+        e.buffer.byte(RecordTag.null.rawValue)
+        n += 1
+        continue
+      }
+      name(i, e)
+      n += 1
+      func value<T>(_: T.Type) -> T { f.optional ? p.load(as: T?.self).unsafelyUnwrapped : p.load(as: T.self) }
+      switch f.kind {
+      case .string:
+        if f.optional {
+          e.write(string: p.assumingMemoryBound(to: String?.self).pointee.unsafelyUnwrapped)
+        } else {
+          e.write(string: p.assumingMemoryBound(to: String.self).pointee)
+        }
+      case .data:
+        if f.optional {
+          e.write(data: p.assumingMemoryBound(to: Data?.self).pointee.unsafelyUnwrapped)
+        } else {
+          e.write(data: p.assumingMemoryBound(to: Data.self).pointee)
+        }
+      case .int: e.write(int: Int64(value(Int.self)))
+      case .int64: e.write(int: value(Int64.self))
+      case .int32: e.write(int: Int64(value(Int32.self)))
+      case .int16: e.write(int: Int64(value(Int16.self)))
+      case .int8: e.write(int: Int64(value(Int8.self)))
+      case .uint: e.write(uint: UInt64(value(UInt.self)))
+      case .uint64: e.write(uint: value(UInt64.self))
+      case .uint32: e.write(uint: UInt64(value(UInt32.self)))
+      case .uint16: e.write(uint: UInt64(value(UInt16.self)))
+      case .uint8: e.write(uint: UInt64(value(UInt8.self)))
+      case .double: e.write(double: value(Double.self))
+      case .float: e.write(float: value(Float.self))
+      case .bool: e.write(bool: value(Bool.self))
+      case .date: e.write(date: value(Date.self))
+      case .uuid: e.write(uuid: value(UUID.self))
+      }
+    }
+    e.patchCount(n, at: countAt)
+  }
+
+  @inline(__always) private func name(_ i: Int, _ e: RecordEncoder) {
+    let f = fields[i]
+    e.buffer.varint(UInt64(f.nameCount))
+    e.buffer.append(UnsafeRawBufferPointer(start: names.baseAddress! + f.nameStart, count: f.nameCount))
+  }
+
+  private func isNil(_ f: Field, _ p: UnsafeRawPointer) -> Bool {
+    func none<T>(_: T.Type) -> Bool { p.assumingMemoryBound(to: T?.self).pointee == nil }
+    switch f.kind {
+    case .string: return none(String.self)
+    case .data: return none(Data.self)
+    case .int: return p.load(as: Int?.self) == nil
+    case .int64: return p.load(as: Int64?.self) == nil
+    case .int32: return p.load(as: Int32?.self) == nil
+    case .int16: return p.load(as: Int16?.self) == nil
+    case .int8: return p.load(as: Int8?.self) == nil
+    case .uint: return p.load(as: UInt?.self) == nil
+    case .uint64: return p.load(as: UInt64?.self) == nil
+    case .uint32: return p.load(as: UInt32?.self) == nil
+    case .uint16: return p.load(as: UInt16?.self) == nil
+    case .uint8: return p.load(as: UInt8?.self) == nil
+    case .double: return p.load(as: Double?.self) == nil
+    case .float: return p.load(as: Float?.self) == nil
+    case .bool: return p.load(as: Bool?.self) == nil
+    case .date: return p.load(as: Date?.self) == nil
+    case .uuid: return p.load(as: UUID?.self) == nil
+    }
+  }
+
   // MARK: Reading a model, for the proof
 
   /// The value of property `i` of the model at `model`, as the probe notes
@@ -350,7 +454,9 @@ enum LayoutProof {
   /// For explain(): how records of the model are decoded.
   var description: String {
     switch self {
-    case .proven(let l): return "records filled by layout (\(l.count) fields, proven)"
+    case .proven(let l):
+      return "records filled by layout (\(l.count) fields, proven)"
+        + (l.writeOrder == nil ? "" : ", written by layout")
     case .unproven(let why): return "records decoded by init(from:): \(why)"
     }
   }
@@ -480,6 +586,65 @@ final class LayoutProofs: @unchecked Sendable {
         return .unproven("a record reads differently through the layout than through init(from:)")
       }
     }
-    return .proven(layout)
+    return .proven(
+      provenWriter(M.self, layout, properties.map(\.name), run: run, leafKeys: bound.map { leaves[$0].key }) ?? layout)
+  }
+
+  /// The layout with a writer, if records it writes are byte for byte what
+  /// `encode(to:)` writes for every probe model and for each with one
+  /// optional property nil; else nil (records are then encoded through
+  /// `encode(to:)`).
+  static func provenWriter<M: Codable>(
+    _: M.Type, _ layout: RecordLayout, _ names: [String], run: ProbeRun<M>, leafKeys: [String]
+  ) -> RecordLayout? {
+    guard let first = run.models.first, let bytes = try? RecordEncoder.encode(first) else { return nil }
+    // The order: the entries of the probe's first record, by name.
+    let raw = bytes.withUnsafeBytes { Array($0) }
+    guard raw.count >= 6, raw[1] == RecordTag.keyed.rawValue else { return nil }
+    var fieldNames: [String] = []
+    for i in 0..<layout.count { fieldNames.append(layout.fieldName(i)) }
+    var order: [Int] = []
+    let ok = raw.withUnsafeBytes { b -> Bool in
+      let r = RecordBytes(b)
+      let entries = Int(UInt32(littleEndian: b.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
+      var o = 6
+      for _ in 0..<entries {
+        guard let name = try? r.run(at: &o, []), let next = try? r.skip(at: o, []) else { return false }
+        let s = String(decoding: UnsafeRawBufferPointer(rebasing: b[name]), as: UTF8.self)
+        guard let i = fieldNames.firstIndex(of: s), !order.contains(i) else { return false }
+        order.append(i)
+        o = next
+      }
+      return o == b.count && order.count == layout.count
+    }
+    guard ok else { return nil }
+    // Models with one optional nil each: how encode(to:) writes a nil.
+    let session = run.session
+    var withNil: [(Int, M)] = []
+    for i in 0..<layout.count where layout.isOptional(i) {
+      session.round = 0
+      session.absent = (leafKeys[i], .missing)
+      defer { session.absent = nil }
+      guard let m = try? M(from: ProbeDecoder(session: session, codingPath: [])) else { return nil }
+      withNil.append((i, m))
+    }
+    var omits = Array(repeating: true, count: layout.count)
+    for (i, m) in withNil {
+      guard let b = try? RecordEncoder.encode(m) else { return nil }
+      let name = Array(fieldNames[i].utf8)
+      // Written as null if its name is there (the check below confirms).
+      omits[i] = !b.indices.contains { j in
+        j + 1 + name.count <= b.count && b[j] == UInt8(name.count) && Array(b[(j + 1)..<(j + 1 + name.count)]) == name
+      }
+    }
+    let writer = RecordLayout(
+      (0..<layout.count).map { (fieldNames[$0], layout.offset($0), layout.kind($0), layout.isOptional($0)) },
+      writeOrder: order, omitsNil: omits)
+    for m in run.models + withNil.map(\.1) {
+      guard let viaEncode = try? RecordEncoder.encode(m) else { return nil }
+      let viaLayout = withUnsafePointer(to: m) { RecordEncoder.encode(layout: writer, UnsafeRawPointer($0)) }
+      guard viaLayout == viaEncode else { return nil }
+    }
+    return writer
   }
 }
