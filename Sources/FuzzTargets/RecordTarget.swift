@@ -190,6 +190,9 @@ public enum RecordTarget: FuzzTarget {
     guard let filled = LayoutDecodingCheck.filled(T.self, bytes) else { return }
     guard let viaInit else { return check(false, "the layout fills a record init(from:) rejects: \(filled)") }
     check(filled == viaInit, "the layout fills \(filled), init(from:) decodes \(viaInit)")
+    let written = LayoutDecodingCheck.written(filled)
+    check(written != nil, "\(T.self)'s writer is not proven")
+    check(written == (try? RecordCoding.encode(filled)), "the layout writes other bytes than encode(to:) for \(filled)")
   }
 
   static func roundTripKey<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {

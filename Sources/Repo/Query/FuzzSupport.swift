@@ -44,4 +44,11 @@ public enum LayoutDecodingCheck {
     guard record.withUnsafeBytes({ layout.fill($0, into: UnsafeMutableRawPointer(slot)) }) else { return nil }
     return slot.move()
   }
+
+  /// The record the layout writes for `model`, or nil when its writer is
+  /// not proven. Whenever this is not nil, `encode(to:)` must write the same.
+  public static func written<M: Codable>(_ model: M) -> [UInt8]? {
+    guard let layout = LayoutProofs.shared.proof(for: M.self).layout, layout.writeOrder != nil else { return nil }
+    return withUnsafePointer(to: model) { RecordEncoder.encode(layout: layout, UnsafeRawPointer($0)) }
+  }
 }
