@@ -314,17 +314,14 @@ where M.ID: Codable & Hashable & Sendable {
           if try isMatch(matches, key, bytes) { skipped += 1 }
           return true
         }
-        // Decoded straight into the results; one the predicate (on the
-        // model) rejects is dropped again.
-        if let verdict = matches.onBytes?(bytes) {
-          guard verdict else { return true }
-          try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
-        } else {
-          try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
-          guard try out.withModel(at: out.count - 1, { try matches($0.pointee) }) else {
-            out.removeLast()
-            return true
-          }
+        // Decoded straight into the results; when the bytes cannot say,
+        // one the predicate (on the model) rejects is dropped again.
+        let verdict = matches.onBytes?(bytes)
+        if verdict == false { return true }
+        try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
+        if verdict == nil, try !out.withModel(at: out.count - 1, { try matches($0.pointee) }) {
+          out.removeLast()
+          return true
         }
         return limit.map { out.count < $0 } ?? true
       }

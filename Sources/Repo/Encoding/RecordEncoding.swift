@@ -120,24 +120,24 @@ final class RecordEncoder: PrimitiveWriter {
   @exclusivity(unchecked) var buffer = ByteBuffer(capacity: 256)
 
   static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-    let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [], keepsContainers: true)
-    defer { pool.give(top) }
-    let e = top.encoder
-    e.buffer.reset()
-    e.buffer.byte(recordFormatVersion)
-    try e.encodeValue(value, codingPath: [], reusing: top)
-    return e.buffer.array
+    try record { e, top in try e.encodeValue(value, codingPath: [], reusing: top) }
   }
 
   /// The record of the model at `model`, written by its proven layout
   /// (RecordLayout.write) instead of its `encode(to:)`.
   static func encode(layout: RecordLayout, _ model: UnsafeRawPointer) -> [UInt8] {
+    record { e, _ in layout.write(model, into: e) }
+  }
+
+  /// A record: the version byte, then what `write` writes, with the pooled
+  /// top-level encoder.
+  private static func record(_ write: (RecordEncoder, RecordValueEncoder) throws -> Void) rethrows -> [UInt8] {
     let top = pool.take() ?? RecordValueEncoder(encoder: RecordEncoder(), codingPath: [], keepsContainers: true)
     defer { pool.give(top) }
     let e = top.encoder
     e.buffer.reset()
     e.buffer.byte(recordFormatVersion)
-    layout.write(model, into: e)
+    try write(e, top)
     return e.buffer.array
   }
 

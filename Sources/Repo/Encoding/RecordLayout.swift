@@ -587,7 +587,7 @@ final class LayoutProofs: @unchecked Sendable {
       }
     }
     return .proven(
-      provenWriter(M.self, layout, properties.map(\.name), run: run, leafKeys: bound.map { leaves[$0].key }) ?? layout)
+      provenWriter(M.self, layout, run: run, leafKeys: bound.map { leaves[$0].key }) ?? layout)
   }
 
   /// The layout with a writer, if records it writes are byte for byte what
@@ -595,29 +595,18 @@ final class LayoutProofs: @unchecked Sendable {
   /// optional property nil; else nil (records are then encoded through
   /// `encode(to:)`).
   static func provenWriter<M: Codable>(
-    _: M.Type, _ layout: RecordLayout, _ names: [String], run: ProbeRun<M>, leafKeys: [String]
+    _: M.Type, _ layout: RecordLayout, run: ProbeRun<M>, leafKeys: [String]
   ) -> RecordLayout? {
-    guard let first = run.models.first, let bytes = try? RecordEncoder.encode(first) else { return nil }
+    let fieldNames = (0..<layout.count).map(layout.fieldName)
     // The order: the entries of the probe's first record, by name.
-    let raw = bytes.withUnsafeBytes { Array($0) }
-    guard raw.count >= 6, raw[1] == RecordTag.keyed.rawValue else { return nil }
-    var fieldNames: [String] = []
-    for i in 0..<layout.count { fieldNames.append(layout.fieldName(i)) }
+    guard let first = run.models.first, let bytes = try? RecordEncoder.encode(first),
+      let written = entryNames(bytes), written.count == layout.count
+    else { return nil }
     var order: [Int] = []
-    let ok = raw.withUnsafeBytes { b -> Bool in
-      let r = RecordBytes(b)
-      let entries = Int(UInt32(littleEndian: b.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
-      var o = 6
-      for _ in 0..<entries {
-        guard let name = try? r.run(at: &o, []), let next = try? r.skip(at: o, []) else { return false }
-        let s = String(decoding: UnsafeRawBufferPointer(rebasing: b[name]), as: UTF8.self)
-        guard let i = fieldNames.firstIndex(of: s), !order.contains(i) else { return false }
-        order.append(i)
-        o = next
-      }
-      return o == b.count && order.count == layout.count
+    for name in written {
+      guard let i = fieldNames.firstIndex(of: name), !order.contains(i) else { return nil }
+      order.append(i)
     }
-    guard ok else { return nil }
     // Models with one optional nil each: how encode(to:) writes a nil.
     let session = run.session
     var withNil: [(Int, M)] = []
@@ -630,12 +619,9 @@ final class LayoutProofs: @unchecked Sendable {
     }
     var omits = Array(repeating: true, count: layout.count)
     for (i, m) in withNil {
-      guard let b = try? RecordEncoder.encode(m) else { return nil }
-      let name = Array(fieldNames[i].utf8)
       // Written as null if its name is there (the check below confirms).
-      omits[i] = !b.indices.contains { j in
-        j + 1 + name.count <= b.count && b[j] == UInt8(name.count) && Array(b[(j + 1)..<(j + 1 + name.count)]) == name
-      }
+      guard let b = try? RecordEncoder.encode(m), let names = entryNames(b) else { return nil }
+      omits[i] = !names.contains(fieldNames[i])
     }
     let writer = RecordLayout(
       (0..<layout.count).map { (fieldNames[$0], layout.offset($0), layout.kind($0), layout.isOptional($0)) },
@@ -646,5 +632,23 @@ final class LayoutProofs: @unchecked Sendable {
       guard viaLayout == viaEncode else { return nil }
     }
     return writer
+  }
+
+  /// The names of a record's top-level entries, in order; nil unless it is
+  /// a well-formed keyed container with nothing after it.
+  private static func entryNames(_ record: [UInt8]) -> [String]? {
+    record.withUnsafeBytes { b -> [String]? in
+      guard b.count >= 6, b[1] == RecordTag.keyed.rawValue else { return nil }
+      let r = RecordBytes(b)
+      let entries = Int(UInt32(littleEndian: b.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
+      var names: [String] = []
+      var o = 6
+      for _ in 0..<entries {
+        guard let name = try? r.run(at: &o, []), let next = try? r.skip(at: o, []) else { return nil }
+        names.append(String(decoding: UnsafeRawBufferPointer(rebasing: b[name]), as: UTF8.self))
+        o = next
+      }
+      return o == b.count ? names : nil
+    }
   }
 }
