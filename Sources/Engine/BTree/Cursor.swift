@@ -28,10 +28,13 @@ public final class Cursor {
   /// Gap index in `leaf`: entries before it are behind the cursor.
   private var index = 0
   /// Leaves stepped into since the last seek. Past ``scanLeaves`` the
-  /// cursor is scanning, and leaves it has to read from the file are not
-  /// added to the node cache: a long scan neither evicts the working set
-  /// nor grows memory with the size of the range (scan resistance). Leaves
-  /// already cached are still used, and short range scans fill the cache.
+  /// cursor is scanning, and leaves it has to read from the file enter the
+  /// node cache only where it has room to spare: a long scan never evicts
+  /// the working set (scan resistance), and memory stays within the cache's
+  /// budget whatever the size of the range. Where the cache has room, the
+  /// next scan of the same leaves skips reading, checking and
+  /// decompressing them again. Short range scans fill the cache as point
+  /// reads do.
   private var leavesStepped = 0
   static let scanLeaves = 16
 

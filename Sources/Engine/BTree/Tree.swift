@@ -101,8 +101,9 @@ struct TreeContext {
   }
 
   /// The node a reference points at, reading it through the cache if
-  /// needed. With `fillCache` false, a node read from the file is not kept
-  /// in the node cache (a scan's leaves).
+  /// needed. With `fillCache` false, a node read from the file is kept in
+  /// the node cache only if it fits without evicting anything (a scan's
+  /// leaves).
   @inline(__always)
   func resolve(_ ref: NodeRef, fillCache: Bool = true) throws -> Node {
     switch ref {

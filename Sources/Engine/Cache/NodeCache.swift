@@ -91,7 +91,10 @@ final class NodeCache: @unchecked Sendable {
     return slot.pointee.node
   }
 
-  func insert(_ offset: BlockOffset, _ node: Node) {
+  /// Adds `node` under `offset`. With `evicting` false it is added only
+  /// if it fits in what is free: a scan may fill an idle cache but never
+  /// pushes out the working set.
+  func insert(_ offset: BlockOffset, _ node: Node, evicting: Bool = true) {
     let cost = node.memoryCost
     guard cost <= shardBudget, offset.rawValue != 0 else { return }
     let k = shardIndex(offset.rawValue)
@@ -99,6 +102,7 @@ final class NodeCache: @unchecked Sendable {
     lock.lock()
     defer { lock.unlock() }
     let s = shards + k
+    if !evicting && s.pointee.bytes + cost > shardBudget { return }
     if Self.find(s, offset.rawValue) != nil { return }
     while s.pointee.bytes + cost > shardBudget && s.pointee.count > 0 { Self.evictOne(s) }
     if (s.pointee.used + 1) * 4 > s.pointee.capacity * 3 { Self.resize(s) }

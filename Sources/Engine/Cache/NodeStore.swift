@@ -19,8 +19,8 @@ final class NodeStore: @unchecked Sendable {
   ///   offset) when the block is short, fails its checksum, is not a node, or
   ///   does not decode; ``EngineError/Code/io`` when the read fails.
   ///
-  /// With `fillCache` false, a node that is not cached is read but not
-  /// added to the cache.
+  /// With `fillCache` false, a node that is not cached is added only if
+  /// the cache has room for it without evicting anything.
   func node(_ ref: DiskRef, fillCache: Bool = true) throws -> Node {
     if let node = cache.get(ref.offset) {
       counters.nodeCacheHits.add(1)
@@ -28,7 +28,7 @@ final class NodeStore: @unchecked Sendable {
     }
     counters.nodeCacheMisses.add(1)
     let node = try readNode(ref)
-    if fillCache { cache.insert(ref.offset, node) }
+    cache.insert(ref.offset, node, evicting: fillCache)
     return node
   }
 
