@@ -29,10 +29,11 @@ let package = Package(
       path: "Sources/CXXHash",
       providers: [.apt(["libxxhash-dev"])]
     ),
-    // Atomic loads and stores on the coordination file's shared mapping.
+    // Atomic loads and stores: on the coordination file's shared mapping
+    // (Engine), and on where byte predicates last found a field (Repo).
     .target(name: "CAtomics", path: "Sources/CAtomics"),
     .target(name: "Engine", dependencies: ["CLZ4", "CXXHash", "CAtomics"]),
-    .target(name: "Repo", dependencies: ["Engine"]),
+    .target(name: "Repo", dependencies: ["Engine", "CAtomics"]),
     .target(name: "EngineTestSupport", dependencies: ["Engine"]),
     // enginectl's commands, as a library the executable, the tests and the
     // fuzzer run.

@@ -1,3 +1,4 @@
+import CAtomics
 import Foundation
 
 // Which stored field a key path reads, proven through the model's own
@@ -104,8 +105,46 @@ struct RecordField: CustomStringConvertible {
   /// Whether a missing or null field proved to read as nil (else the
   /// record is decoded to find out).
   let absentIsNil: Bool
+  /// Where the field was last found, shared by every query that reads it.
+  let position: FieldPosition
+
+  init(path: [[UInt8]], kind: Kind, optional: Bool, absentIsNil: Bool) {
+    self.path = path
+    self.kind = kind
+    self.optional = optional
+    self.absentIsNil = absentIsNil
+    position = FieldPosition(depth: path.count)
+  }
 
   var description: String { path.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ".") }
+}
+
+/// The entry number at which a field was last found in each container on
+/// its path: a hint for the next record, which is checked by name before it
+/// is used, so a stale or racing value costs a search, never a wrong field.
+final class FieldPosition: @unchecked Sendable {
+  // Safe: every word is read and written with relaxed atomic operations
+  // (readers on several threads may update it at once; any value they
+  // leave is only a hint).
+  private let slots: UnsafeMutablePointer<UInt64>
+  private let depth: Int
+
+  init(depth: Int) {
+    self.depth = depth
+    slots = .allocate(capacity: Swift.max(depth, 1))
+    slots.initialize(repeating: UInt64.max, count: Swift.max(depth, 1))
+  }
+
+  deinit { slots.deallocate() }
+
+  /// The entry number at `level`; `Int.max` when none has been seen.
+  subscript(level: Int) -> Int {
+    get {
+      let v = cairn_load_relaxed(slots + level)
+      return v > UInt64(Int.max) ? Int.max : Int(v)
+    }
+    set { cairn_store_relaxed(slots + level, UInt64(newValue)) }
+  }
 }
 
 /// The outcome of proving one key path.

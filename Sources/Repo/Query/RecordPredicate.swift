@@ -31,7 +31,11 @@ extension RecordField {
     var offset = 1
     let depth = path.count
     for d in 0..<depth {
-      guard let found = path[d].withUnsafeBytes({ Self.find($0, in: record, container: offset) }) else {
+      guard
+        let found = path[d].withUnsafeBytes({
+          Self.find($0, in: record, container: offset, position: position, level: d)
+        })
+      else {
         return .undecided
       }
       guard found >= 0 else { return d == depth - 1 && absentIsNil ? .null : .undecided }
@@ -43,24 +47,34 @@ extension RecordField {
   /// The value offset of field `name` in the keyed container at `offset`;
   /// -1 if it has no such field; nil if the bytes are not a keyed container
   /// or are damaged.
+  ///
+  /// Records of a model are written with their fields in one order, so the
+  /// field is first looked for at the entry where `position` last saw it
+  /// (level `level` of its path): the entries before it are stepped over
+  /// without comparing their names, and only that entry's name is
+  /// compared. A record that differs (another version of the model, a
+  /// custom encoder) is searched by name, and the place found is kept.
   @inline(__always)
-  static func find(_ name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int) -> Int? {
+  static func find(
+    _ name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int,
+    position: FieldPosition, level: Int
+  ) -> Int? {
     let end = record.count
     guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
     let count = Int(UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self)))
     let n = name.count
-    let first: UInt8 = n > 0 ? name[0] : 0
+    let guess = position[level]
+    if guess < count, let found = entry(guess, named: name, in: record, from: offset + 5) { return found }
     var o = offset + 5
-    for _ in 0..<count {
+    for i in 0..<count {
       // Names under 128 bytes have a one-byte length: compare in place.
       guard o < end else { return nil }
       let length = Int(record[o])
       if length < 0x80 {
         let value = o + 1 + length
         guard value <= end else { return nil }
-        if length == n
-          && (n == 0 || (record[o + 1] == first && memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0))
-        {
+        if length == n && (n == 0 || memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0) {
+          position[level] = i
           return value
         }
         let r = RecordBytes(record)
@@ -69,12 +83,38 @@ extension RecordField {
       } else {
         let r = RecordBytes(record)
         guard let run = try? r.run(at: &o, []) else { return nil }
-        if run.count == n && memcmp(record.baseAddress! + run.lowerBound, name.baseAddress!, n) == 0 { return o }
+        if run.count == n && memcmp(record.baseAddress! + run.lowerBound, name.baseAddress!, n) == 0 {
+          position[level] = i
+          return o
+        }
         guard let next = try? r.skip(at: o, []) else { return nil }
         o = next
       }
     }
     return -1
+  }
+
+  /// The value offset of entry number `index` of a keyed container whose
+  /// entries start at `start`, if that entry is named `name`; nil if it is
+  /// not, or if an entry before it has a long name or a value `quickSkip`
+  /// does not step over (the search by name settles those).
+  @inline(__always)
+  static func entry(_ index: Int, named name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, from start: Int)
+    -> Int?
+  {
+    let end = record.count
+    let r = RecordBytes(record)
+    var o = start
+    for _ in 0..<index {
+      guard o < end else { return nil }
+      let length = Int(record[o])
+      guard length < 0x80, let next = r.quickSkip(at: o + 1 + length) else { return nil }
+      o = next
+    }
+    let n = name.count
+    guard o < end, Int(record[o]) == n, o + 1 + n <= end else { return nil }
+    guard n == 0 || memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0 else { return nil }
+    return o + 1 + n
   }
 
   /// The value at `offset`, read as the field's kind.
