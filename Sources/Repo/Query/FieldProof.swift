@@ -113,33 +113,60 @@ struct RecordField: CustomStringConvertible {
     self.kind = kind
     self.optional = optional
     self.absentIsNil = absentIsNil
-    position = FieldPosition(depth: path.count)
+    position = FieldPosition(path: path)
   }
 
   var description: String { path.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ".") }
 }
 
-/// The entry number at which a field was last found in each container on
-/// its path: a hint for the next record, which is checked by name before it
-/// is used, so a stale or racing value costs a search, never a wrong field.
+/// A field's names, one per level of its path, in memory the byte
+/// predicates read without touching an array, and the entry number at which
+/// the field was last found in each container on its path: a hint for the
+/// next record, which is checked by name before it is used, so a stale or
+/// racing value costs a search, never a wrong field.
 final class FieldPosition: @unchecked Sendable {
-  // Safe: every word is read and written with relaxed atomic operations
-  // (readers on several threads may update it at once; any value they
-  // leave is only a hint).
+  // Safe: `names` and `spans` are written once, in init; every hint word is
+  // read and written with relaxed atomic operations (readers on several
+  // threads may update it at once; any value they leave is only a hint).
   private let slots: UnsafeMutablePointer<UInt64>
-  private let depth: Int
+  /// Every level's name, back to back.
+  private let names: UnsafeMutablePointer<UInt8>
+  /// Level `d`'s name is `spans[2d]` bytes from `names`, `spans[2d + 1]` long.
+  private let spans: UnsafeMutablePointer<Int>
+  let depth: Int
 
-  init(depth: Int) {
-    self.depth = depth
-    slots = .allocate(capacity: Swift.max(depth, 1))
-    slots.initialize(repeating: UInt64.max, count: Swift.max(depth, 1))
+  init(path: [[UInt8]]) {
+    depth = path.count
+    let levels = Swift.max(depth, 1)
+    slots = .allocate(capacity: levels)
+    slots.initialize(repeating: UInt64.max, count: levels)
+    let total = path.reduce(0) { $0 + $1.count }
+    names = .allocate(capacity: Swift.max(total, 1))
+    spans = .allocate(capacity: 2 * levels)
+    spans.initialize(repeating: 0, count: 2 * levels)
+    var at = 0
+    for (d, name) in path.enumerated() {
+      (names + at).initialize(from: name, count: name.count)
+      spans[2 * d] = at
+      spans[2 * d + 1] = name.count
+      at += name.count
+    }
   }
 
-  deinit { slots.deallocate() }
+  deinit {
+    slots.deallocate()
+    names.deallocate()
+    spans.deallocate()
+  }
+
+  /// The name at `level`, UTF-8.
+  @inline(__always) func name(_ level: Int) -> UnsafeRawBufferPointer {
+    UnsafeRawBufferPointer(start: names + spans[2 * level], count: spans[2 * level + 1])
+  }
 
   /// The entry number at `level`; `Int.max` when none has been seen.
   subscript(level: Int) -> Int {
-    get {
+    @inline(__always) get {
       let v = cairn_load_relaxed(slots + level)
       return v > UInt64(Int.max) ? Int.max : Int(v)
     }

@@ -28,15 +28,19 @@ extension RecordField {
   /// The field's value in `record`.
   func read(_ record: UnsafeRawBufferPointer) -> ByteValue {
     guard record.count > 1, record[0] == recordFormatVersion else { return .undecided }
+    let at = position
+    let depth = at.depth
     var offset = 1
-    let depth = path.count
     for d in 0..<depth {
-      guard
-        let found = path[d].withUnsafeBytes({
-          Self.find($0, in: record, container: offset, position: position, level: d)
-        })
-      else {
-        return .undecided
+      let name = at.name(d)
+      let found: Int
+      if let hit = Self.entry(at[d], named: name, in: record, container: offset) {
+        found = hit
+      } else {
+        guard let searched = Self.find(name, in: record, container: offset, position: at, level: d) else {
+          return .undecided
+        }
+        found = searched
       }
       guard found >= 0 else { return d == depth - 1 && absentIsNil ? .null : .undecided }
       offset = found
@@ -44,17 +48,10 @@ extension RecordField {
     return value(at: offset, record)
   }
 
-  /// The value offset of field `name` in the keyed container at `offset`;
-  /// -1 if it has no such field; nil if the bytes are not a keyed container
-  /// or are damaged.
-  ///
-  /// Records of a model are written with their fields in one order, so the
-  /// field is first looked for at the entry where `position` last saw it
-  /// (level `level` of its path): the entries before it are stepped over
-  /// without comparing their names, and only that entry's name is
-  /// compared. A record that differs (another version of the model, a
-  /// custom encoder) is searched by name, and the place found is kept.
-  @inline(__always)
+  /// The value offset of field `name` in the keyed container at `offset`,
+  /// found by comparing every entry's name; -1 if it has no such field; nil
+  /// if the bytes are not a keyed container or are damaged. Where it was
+  /// found is kept in `position` for the next record (see `entry`).
   static func find(
     _ name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int,
     position: FieldPosition, level: Int
@@ -63,8 +60,6 @@ extension RecordField {
     guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
     let count = Int(UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self)))
     let n = name.count
-    let guess = position[level]
-    if guess < count, let found = entry(guess, named: name, in: record, from: offset + 5) { return found }
     var o = offset + 5
     for i in 0..<count {
       // Names under 128 bytes have a one-byte length: compare in place.
@@ -94,27 +89,67 @@ extension RecordField {
     return -1
   }
 
-  /// The value offset of entry number `index` of a keyed container whose
-  /// entries start at `start`, if that entry is named `name`; nil if it is
-  /// not, or if an entry before it has a long name or a value `quickSkip`
-  /// does not step over (the search by name settles those).
+  /// The value offset of entry number `index` of the keyed container at
+  /// `offset`, if that entry is named `name`; nil if it is not, or if an
+  /// entry before it has a long name or a value not stepped over here (the
+  /// search by name settles those).
+  ///
+  /// Records of a model are written with their fields in one order, so a
+  /// field is first looked for at the entry where it was last found: the
+  /// entries before it are stepped over without comparing their names, and
+  /// only that entry's name is compared. A record that differs (another
+  /// version of the model, a custom encoder) is searched by name.
   @inline(__always)
-  static func entry(_ index: Int, named name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, from start: Int)
-    -> Int?
-  {
+  static func entry(
+    _ index: Int, named name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int
+  ) -> Int? {
     let end = record.count
-    let r = RecordBytes(record)
-    var o = start
+    guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
+    let count = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self))
+    guard index < Int(count) else { return nil }
+    var o = offset + 5
     for _ in 0..<index {
       guard o < end else { return nil }
       let length = Int(record[o])
-      guard length < 0x80, let next = r.quickSkip(at: o + 1 + length) else { return nil }
+      guard length < 0x80, let next = skipSmall(at: o + 1 + length, in: record) else { return nil }
       o = next
     }
     let n = name.count
     guard o < end, Int(record[o]) == n, o + 1 + n <= end else { return nil }
     guard n == 0 || memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0 else { return nil }
     return o + 1 + n
+  }
+
+  /// The end of the value at `offset` when it is a scalar or a short
+  /// string (`RecordBytes.quickSkip`, inlined into the hinted walk); nil
+  /// for anything else, or a value that runs past the record.
+  @inline(__always)
+  static func skipSmall(at offset: Int, in b: UnsafeRawBufferPointer) -> Int? {
+    let count = b.count
+    guard offset < count else { return nil }
+    let tag = b[offset]
+    var end = offset + 1
+    if tag == RecordTag.int.rawValue || tag == RecordTag.uint.rawValue {
+      // A varint of at most ten bytes.
+      let limit = Swift.min(count, offset + 11)
+      while end < limit && b[end] >= 0x80 { end += 1 }
+      guard end < limit else { return nil }
+      end += 1
+    } else if tag == RecordTag.string.rawValue || tag == RecordTag.data.rawValue {
+      guard end < count, b[end] < 0x80 else { return nil }
+      end += 1 + Int(b[end])
+    } else if tag <= RecordTag.true.rawValue {
+      // nil, false, true: the tag alone.
+    } else if tag == RecordTag.double.rawValue || tag == RecordTag.date.rawValue {
+      end += 8
+    } else if tag == RecordTag.float.rawValue {
+      end += 4
+    } else if tag == RecordTag.uuid.rawValue {
+      end += 16
+    } else {
+      return nil
+    }
+    return end <= count ? end : nil
   }
 
   /// The value at `offset`, read as the field's kind.
@@ -126,6 +161,22 @@ extension RecordField {
     let r = RecordBytes(record)
     switch kind {
     case .int(let lo, let hi):
+      if tag == RecordTag.int.rawValue {
+        // The zigzag varint, read in place (RecordBytes.varint's rules).
+        var o = offset + 1
+        var z: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+          guard o < record.count, shift < 64 else { return .undecided }
+          let b = record[o]
+          o += 1
+          z |= UInt64(b & 0x7F) << shift
+          if b < 0x80 { break }
+          shift += 7
+        }
+        let v = Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+        return v >= lo && v <= hi ? .int(v) : .undecided
+      }
       guard let v = try? r.int64(at: offset, []), v >= lo, v <= hi else { return .undecided }
       return .int(v)
     case .uint(let hi):
