@@ -174,7 +174,8 @@ where M.ID: Codable & Hashable & Sendable {
   /// record the filter rejects costs no copy.
   func scan(
     _ plan: Plan<M>, _ reader: some KeyValueReader,
-    _ visit: (_ key: UnsafeRawBufferPointer, _ record: UnsafeRawBufferPointer, _ indexKey: [UInt8]?) throws -> Bool
+    _ visit: (_ key: UnsafeRawBufferPointer, _ record: UnsafeRawBufferPointer, _ indexKey: UnsafeRawBufferPointer?)
+      throws -> Bool
   ) throws {
     let counters = space.counters
     switch plan.access {
@@ -199,25 +200,23 @@ where M.ID: Codable & Hashable & Sendable {
       let c = try reader.cursor(in: space.records, range: range)
       var read = 0
       defer { counters.recordsRead.add(read, ordering: .relaxed) }
+      // Closures written in place: one kept in a variable would escape, and
+      // `read` would be checked for exclusive access per record.
       if reverse {
         try c.seekToLast()
-        while let e = try c.previous() {
-          read += 1
-          guard try e.key.withUnsafeBytes({ k in try e.value.withUnsafeBytes { try visit(k, $0, nil) } }) else {
-            return
-          }
-        }
-      } else {
-        while let more = try c.next({ k, v in
+        try c.forEachBackward { k, v in
           read += 1
           return try visit(k, v, nil)
-        }) {
-          guard more else { return }
+        }
+      } else {
+        try c.forEach { k, v in
+          read += 1
+          return try visit(k, v, nil)
         }
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
-      func entry(_ indexKey: [UInt8], _ id: [UInt8]) throws -> Bool {
+      func entry(_ indexKey: UnsafeRawBufferPointer, _ id: [UInt8]) throws -> Bool {
         // Every index entry's value is its record's key.
         var more = true
         let found = try reader.visitValue(for: id, in: space.records) { v in
@@ -231,11 +230,12 @@ where M.ID: Codable & Hashable & Sendable {
         }
         return more
       }
+      // The record's key is copied: the engine looks keys up as arrays.
       if reverse {
         try c.seekToLast()
-        while let e = try c.previous() { guard try entry(e.key, e.value) else { return } }
+        try c.forEachBackward { k, v in try entry(k, Array(v)) }
       } else {
-        while let e = try c.next({ k, v in (Array(k), Array(v)) }) { guard try entry(e.0, e.1) else { return } }
+        try c.forEach { k, v in try entry(k, Array(v)) }
       }
     }
   }
@@ -539,7 +539,7 @@ where M.ID: Codable & Hashable & Sendable {
         victimKeys.append(k)
         victims.append(m)
         guard !isUnion else { return }
-        let scanned = indexKey ?? k
+        let scanned = indexKey.map { Array($0) } ?? k
         if open { spans[spans.count - 1].last = scanned } else { spans.append((scanned, scanned)) }
       }
       open = matched && !isUnion

@@ -244,6 +244,66 @@ import Testing
     }
   }
 
+  @Test func forEachVisitsWhatNextAndPreviousReturnAndStopsWhereTold() throws {
+    let db = try Self.database(3_000)
+    try db.write { tx in
+      try tx.put(key(1_500), [UInt8](repeating: 4, count: 5_000), in: "ks")  // a large value
+    }
+    let snap = try db.snapshot()
+    let range = KeyRange(from: key(1_000), to: key(2_000))
+    let copying = try snap.entries(in: "ks", range: range)
+
+    // Forward, whole range, across leaves and the large value.
+    var forward: [Entry] = []
+    try snap.cursor(in: "ks", range: range).forEach { k, v in
+      forward.append(Entry(key: Array(k), value: Array(v)))
+      return true
+    }
+    #expect(forward == copying)
+
+    // Backward from the end: what previous() returns, in the same order.
+    let back = try snap.cursor(in: "ks", range: range)
+    try back.seekToLast()
+    var backward: [Entry] = []
+    try back.forEachBackward { k, v in
+      backward.append(Entry(key: Array(k), value: Array(v)))
+      return true
+    }
+    #expect(backward == Array(copying.reversed()))
+
+    // Stopping: the cursor sits just past the entry that said stop, in
+    // either direction, as next() and previous() leave it.
+    let c = try snap.cursor(in: "ks", range: range)
+    var seen = 0
+    try c.forEach { _, _ in
+      seen += 1
+      return seen < 700
+    }
+    #expect(seen == 700)
+    #expect(try c.next()?.key == copying[700].key)
+    #expect(try c.previous()?.key == copying[700].key)
+    var seenBack = 0
+    try c.forEachBackward { _, _ in
+      seenBack += 1
+      return seenBack < 300
+    }
+    #expect(try c.previous()?.key == copying[699 - 300].key)
+
+    // A range past every key and an empty one visit nothing.
+    var none = 0
+    try snap.cursor(in: "ks", range: KeyRange(from: b("zzz"), to: b("zzzz"))).forEach { _, _ in
+      none += 1
+      return true
+    }
+    let empty = try snap.cursor(in: "ks", range: KeyRange(from: key(5), to: key(5)))
+    try empty.seekToLast()
+    try empty.forEachBackward { _, _ in
+      none += 1
+      return true
+    }
+    #expect(none == 0)
+  }
+
   @Test func seekToOffsetUsesCounts() throws {
     let db = try Self.database(5_000)
     let snap = try db.snapshot()

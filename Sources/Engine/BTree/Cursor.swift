@@ -243,6 +243,64 @@ public final class Cursor {
     return false
   }
 
+  /// Calls `body` with the key and value of each entry after the cursor, in
+  /// order, moving past each, until `body` returns false or the range
+  /// ends. The same as calling ``next(_:)`` until it returns false or nil,
+  /// without its cost per entry: each leaf's bytes are held once for all
+  /// of its entries. The buffers are valid only inside `body`, which must
+  /// not move this cursor.
+  public func forEach(_ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool) throws {
+    try checkOpen()
+    while let l = leaf {
+      // The position is kept in a local while the leaf is visited (a
+      // stored property written per entry would be checked for exclusive
+      // access each time) and stored back however the visit ends.
+      var stopped = false
+      do {
+        var at = index
+        defer { index = at }
+        try l.visit(from: at, step: 1, store: ctx.store) { i, k, v in
+          if pastUpper(l, i) {
+            stopped = true
+            return false
+          }
+          at = i + 1
+          stopped = try !body(k, v)
+          return !stopped
+        }
+      }
+      if stopped { return }
+      guard try stepLeaf(forward: true) else { return }
+    }
+  }
+
+  /// ``forEach(_:)`` backwards: each entry before the cursor, last first,
+  /// as ``previous()`` would return them, without copying them.
+  public func forEachBackward(
+    _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+  ) throws {
+    try checkOpen()
+    let lower = range.lower
+    while let l = leaf {
+      var stopped = false
+      do {
+        var at = index
+        defer { index = at }
+        try l.visit(from: at - 1, step: -1, store: ctx.store) { i, k, v in
+          if let lower, lower.withUnsafeBytes({ compareBytes(k, $0) }) < 0 {
+            stopped = true
+            return false
+          }
+          at = i
+          stopped = try !body(k, v)
+          return !stopped
+        }
+      }
+      if stopped { return }
+      guard try stepLeaf(forward: false) else { return }
+    }
+  }
+
   /// Up to `maxCount` entries after the cursor, moving past them. An empty
   /// array means the end of the range.
   public func next(batch maxCount: Int) throws -> [Entry] {

@@ -161,6 +161,34 @@ final class LeafNode: @unchecked Sendable {
     }
   }
 
+  /// Calls `body` with the index, key and value of entries `start`,
+  /// `start + step`, ... while they exist and `body` returns true: the
+  /// buffer and slots are held once for the run instead of once per entry.
+  /// `step` is 1 (ascending) or -1 (descending).
+  func visit(
+    from start: Int, step: Int, store: NodeStore?,
+    _ body: (Int, UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+  ) throws {
+    try buffer.withUnsafeBytes { raw in
+      try slots.withUnsafeBufferPointer { sl in
+        var i = start
+        while i >= 0 && i < sl.count {
+          let s = sl[i]
+          // Safe: slot bounds were checked when decoded or set when appended.
+          let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
+          let more: Bool
+          if s.kind == .inline {
+            more = try body(i, k, raw.bytes(from: Int(s.valueStart), count: Int(s.valueLength)))
+          } else {
+            more = try withValue(at: i, store: store) { try body(i, k, $0) }
+          }
+          if !more { return }
+          i += step
+        }
+      }
+    }
+  }
+
   /// Calls `body` with the key at `i` in place.
   @inline(__always)
   func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
