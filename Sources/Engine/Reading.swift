@@ -6,13 +6,15 @@
 public protocol KeyValueReader {
   /// The value stored under `key` in `keyspace`, or nil.
   func get(_ key: [UInt8], in keyspace: String) throws -> [UInt8]?
-  /// Calls `body` with the value stored under `key` in `keyspace`, without
-  /// copying it; returns false if the key is absent. ``withValue(for:in:_:)``
-  /// is the convenient form.
+  /// Calls `body` with the value stored under the key whose bytes are
+  /// `key` in `keyspace`, without copying either; returns false if the key
+  /// is absent. ``withValue(for:in:_:)`` is the convenient form, and
+  /// ``visitValue(for:in:_:)`` takes the key as an array.
   ///
   /// The buffer is valid only inside `body`.
-  func visitValue(for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws
-    -> Bool
+  func visitValue(
+    forKey key: UnsafeRawBufferPointer, in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Bool
   /// A cursor over `range` of `keyspace`, positioned before its first entry.
   func cursor(in keyspace: String, range: KeyRange) throws -> Cursor
   /// How many keys of `keyspace` lie in `range`, in O(height).
@@ -22,6 +24,14 @@ public protocol KeyValueReader {
 }
 
 extension KeyValueReader {
+  /// ``visitValue(forKey:in:_:)`` with the key as an array.
+  @inlinable
+  public func visitValue(
+    for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Bool {
+    try key.withUnsafeBytes { try visitValue(forKey: $0, in: keyspace, body) }
+  }
+
   /// Calls `body` with the value stored under `key` in `keyspace`, without
   /// copying it, and returns what `body` returns; nil if the key is absent.
   ///

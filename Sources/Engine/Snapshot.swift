@@ -32,7 +32,7 @@ public final class Snapshot: KeyValueReader, Sendable {
   }
 
   public func visitValue(
-    for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+    forKey key: UnsafeRawBufferPointer, in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
   ) throws -> Bool {
     try checkOpen()
     return try version.tree(keyspace)?.withValue(key, context, body) != nil

@@ -239,7 +239,7 @@ public final class WriteTransaction: KeyValueReader {
   }
 
   public func visitValue(
-    for key: [UInt8], in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+    forKey key: UnsafeRawBufferPointer, in keyspace: String, _ body: (UnsafeRawBufferPointer) throws -> Void
   ) throws -> Bool {
     try checkOpen()
     return try trees[keyspace]?.withValue(key, context, body) != nil

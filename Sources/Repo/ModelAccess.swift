@@ -216,26 +216,26 @@ where M.ID: Codable & Hashable & Sendable {
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
-      func entry(_ indexKey: UnsafeRawBufferPointer, _ id: [UInt8]) throws -> Bool {
-        // Every index entry's value is its record's key.
+      // The index entry's key and value (its record's key) are lent by the
+      // cursor while the record is looked up and visited: nothing copied.
+      func entry(_ indexKey: UnsafeRawBufferPointer, _ id: UnsafeRawBufferPointer) throws -> Bool {
         var more = true
-        let found = try reader.visitValue(for: id, in: space.records) { v in
+        let found = try reader.visitValue(forKey: id, in: space.records) { v in
           counters.recordsRead.add(1, ordering: .relaxed)
-          more = try id.withUnsafeBytes { try visit($0, v, indexKey) }
+          more = try visit(id, v, indexKey)
         }
         guard found else {
           throw RepoError(
             .decoding, "index \(i.index.name) names a record that does not exist", model: space.name,
-            id: Self.describeKey(id))
+            id: Self.describeKey(Array(id)))
         }
         return more
       }
-      // The record's key is copied: the engine looks keys up as arrays.
       if reverse {
         try c.seekToLast()
-        try c.forEachBackward { k, v in try entry(k, Array(v)) }
+        try c.forEachBackward(entry)
       } else {
-        try c.forEach { k, v in try entry(k, Array(v)) }
+        try c.forEach(entry)
       }
     }
   }

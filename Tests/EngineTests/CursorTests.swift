@@ -238,6 +238,17 @@ import Testing
     #expect(try snap.withValue(for: key(7), in: "ks") { Array($0) } == b("v7"))
     #expect(try snap.withValue(for: b("missing"), in: "ks") { _ in 1 } == nil)
     #expect(try snap.withValue(for: key(7), in: "nosuch") { _ in 1 } == nil)
+    // A key lent as bytes from the middle of a larger buffer: only those
+    // bytes are the key.
+    let padded = b("xx") + key(7) + b("yy")
+    var lent: [UInt8] = []
+    let found = try padded.withUnsafeBytes { all in
+      try snap.visitValue(forKey: UnsafeRawBufferPointer(rebasing: all[2..<(all.count - 2)]), in: "ks") {
+        lent = Array($0)
+      }
+    }
+    #expect(found && lent == b("v7"))
+    #expect(try padded.withUnsafeBytes { try snap.visitValue(forKey: $0, in: "ks") { _ in } } == false)
     try db.write { tx in
       try tx.put(key(7), b("changed"), in: "ks")
       #expect(try tx.withValue(for: key(7), in: "ks") { Array($0) } == b("changed"))

@@ -151,23 +151,26 @@ extension TreeRoot {
   /// The leaf that holds (or would hold) `key`, and the key's index in it if present.
   @inline(__always)
   func leaf(for key: [UInt8], _ ctx: TreeContext) throws -> (leaf: LeafNode, index: Int)? {
+    try key.withUnsafeBytes { try leaf(for: $0, ctx) }
+  }
+
+  /// ``leaf(for:_:)`` with the key's bytes.
+  func leaf(for k: UnsafeRawBufferPointer, _ ctx: TreeContext) throws -> (leaf: LeafNode, index: Int)? {
     guard let root else { return nil }
-    return try key.withUnsafeBytes { k -> (LeafNode, Int)? in
-      var node: Node
-      if let pinned {
-        let (ref, level) = pinned.below(k)
-        node = try ctx.resolve(ref, level: level)
-      } else {
-        node = try ctx.resolve(root, level: height - 1)
-      }
-      while true {
-        switch node {
-        case .leaf(let leaf):
-          let (i, found) = leaf.find(k)
-          return found ? (leaf, i) : nil
-        case .branch(let branch):
-          node = try ctx.resolve(branch.children[branch.childIndex(for: k)], level: branch.level - 1)
-        }
+    var node: Node
+    if let pinned {
+      let (ref, level) = pinned.below(k)
+      node = try ctx.resolve(ref, level: level)
+    } else {
+      node = try ctx.resolve(root, level: height - 1)
+    }
+    while true {
+      switch node {
+      case .leaf(let leaf):
+        let (i, found) = leaf.find(k)
+        return found ? (leaf, i) : nil
+      case .branch(let branch):
+        node = try ctx.resolve(branch.children[branch.childIndex(for: k)], level: branch.level - 1)
       }
     }
   }
@@ -187,7 +190,9 @@ extension TreeRoot {
 
   /// Calls `body` with the value stored under `key`, without copying it.
   /// Returns nil if the key is absent.
-  func withValue(_ key: [UInt8], _ ctx: TreeContext, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> Void? {
+  func withValue(_ key: UnsafeRawBufferPointer, _ ctx: TreeContext, _ body: (UnsafeRawBufferPointer) throws -> Void)
+    throws -> Void?
+  {
     guard let (leaf, i) = try leaf(for: key, ctx) else { return nil }
     return try leaf.withValue(at: i, store: ctx.store, body)
   }
