@@ -516,9 +516,14 @@ where M.ID: Codable & Hashable & Sendable {
         return Int(try tx.deleteRange(range, in: space.records))
       case .index(let i, let range, _):
         var recordKeys: [[UInt8]] = []
-        let c = try tx.cursor(in: i.keyspace, range: range)
-        while let e = try c.next() { recordKeys.append(e.value) }
+        try tx.cursor(in: i.keyspace, range: range).forEach { _, v in
+          recordKeys.append(Array(v))
+          return true
+        }
         try tx.deleteRange(range, in: i.keyspace)
+        // In key order: each record leaf is changed once, while it is at
+        // hand, instead of in the index's order, which visits leaves at random.
+        recordKeys.sort { $0.lexicographicallyPrecedes($1) }
         for k in recordKeys { try tx.delete(k, in: space.records) }
         return recordKeys.count
       }
