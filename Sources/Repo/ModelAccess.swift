@@ -198,6 +198,9 @@ where M.ID: Codable & Hashable & Sendable {
       }
     case .records(let range, let reverse):
       let c = try reader.cursor(in: space.records, range: range)
+      // A model's records are its app's working data: a scan that runs
+      // again reads them from the cache where it has room.
+      c.keepsScannedLeaves = true
       var read = 0
       defer { counters.recordsRead.add(read, ordering: .relaxed) }
       // Closures written in place: one kept in a variable would escape, and
@@ -216,6 +219,7 @@ where M.ID: Codable & Hashable & Sendable {
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
+      c.keepsScannedLeaves = true
       // The index entry's key and value (its record's key) are lent by the
       // cursor while the record is looked up and visited: nothing copied.
       func entry(_ indexKey: UnsafeRawBufferPointer, _ id: UnsafeRawBufferPointer) throws -> Bool {

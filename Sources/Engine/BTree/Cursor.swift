@@ -28,15 +28,22 @@ public final class Cursor {
   /// Gap index in `leaf`: entries before it are behind the cursor.
   private var index = 0
   /// Leaves stepped into since the last seek. Past ``scanLeaves`` the
-  /// cursor is scanning, and leaves it has to read from the file enter the
-  /// node cache only where it has room to spare: a long scan never evicts
-  /// the working set (scan resistance), and memory stays within the cache's
-  /// budget whatever the size of the range. Where the cache has room, the
-  /// next scan of the same leaves skips reading, checking and
-  /// decompressing them again. Short range scans fill the cache as point
-  /// reads do.
+  /// cursor is scanning, and leaves it has to read from the file are not
+  /// added to the node cache: a long scan neither evicts the working set
+  /// nor grows memory with the size of the range (scan resistance), unless
+  /// ``keepsScannedLeaves`` asks for the cache's spare room. Leaves already
+  /// cached are still used, and short range scans fill the cache.
   private var leavesStepped = 0
   static let scanLeaves = 16
+
+  /// Whether the leaves a long scan reads from the file may stay in the
+  /// node cache where it has room to spare. They never evict anything, so
+  /// the working set stays; memory grows up to the cache's size
+  /// (``Options/cacheSize``) instead of staying where it was. Worth it for a
+  /// scan that runs again over data that fits the cache: the next one skips
+  /// reading, checking and decompressing those leaves. Off by default; the
+  /// repository's record and index scans turn it on.
+  public var keepsScannedLeaves = false
 
   init(tree: TreeRoot, context: TreeContext, range: KeyRange, isOpen: @escaping () -> Bool) throws {
     self.tree = tree
@@ -128,10 +135,12 @@ public final class Cursor {
     }
   }
 
-  /// Resolves a child on the way to the next leaf: a leaf read from the
-  /// file stays out of the cache once the cursor is scanning.
+  /// Resolves a child on the way to the next leaf: once the cursor is
+  /// scanning, a leaf read from the file stays out of the cache, or takes
+  /// only spare room (``keepsScannedLeaves``).
   private func load(_ ref: NodeRef, level: Int) throws -> Node {
-    try ctx.resolve(ref, level: level, fillCache: level > 0 || leavesStepped < Self.scanLeaves)
+    let scanning = level == 0 && leavesStepped >= Self.scanLeaves
+    return try ctx.resolve(ref, level: level, fill: !scanning ? .always : keepsScannedLeaves ? .ifRoom : .never)
   }
 
   private func descend(toRank rank: UInt64) throws {

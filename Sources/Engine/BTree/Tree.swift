@@ -101,20 +101,19 @@ struct TreeContext {
   }
 
   /// The node a reference points at, reading it through the cache if
-  /// needed. With `fillCache` false, a node read from the file is kept in
-  /// the node cache only if it fits without evicting anything (a scan's
-  /// leaves).
+  /// needed; `fill` says whether a node read from the file is kept in the
+  /// node cache.
   @inline(__always)
-  func resolve(_ ref: NodeRef, fillCache: Bool = true) throws -> Node {
+  func resolve(_ ref: NodeRef, fill: CacheFill = .always) throws -> Node {
     switch ref {
     case .memory(let node): return node
-    case .disk(let disk): return try store.node(disk, fillCache: fillCache)
+    case .disk(let disk): return try store.node(disk, fill: fill)
     }
   }
 
   /// Resolves `ref` and checks it is at `level`, as its parent says it must be.
-  func resolve(_ ref: NodeRef, level: Int, fillCache: Bool = true) throws -> Node {
-    let node = try resolve(ref, fillCache: fillCache)
+  func resolve(_ ref: NodeRef, level: Int, fill: CacheFill = .always) throws -> Node {
+    let node = try resolve(ref, fill: fill)
     guard node.level == level else {
       var offset: UInt64?
       if case .disk(let d) = ref { offset = d.offset.rawValue }

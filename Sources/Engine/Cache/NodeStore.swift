@@ -19,16 +19,19 @@ final class NodeStore: @unchecked Sendable {
   ///   offset) when the block is short, fails its checksum, is not a node, or
   ///   does not decode; ``EngineError/Code/io`` when the read fails.
   ///
-  /// With `fillCache` false, a node that is not cached is added only if
-  /// the cache has room for it without evicting anything.
-  func node(_ ref: DiskRef, fillCache: Bool = true) throws -> Node {
+  /// `fill` says whether a node read from the file enters the cache.
+  func node(_ ref: DiskRef, fill: CacheFill = .always) throws -> Node {
     if let node = cache.get(ref.offset) {
       counters.nodeCacheHits.add(1)
       return node
     }
     counters.nodeCacheMisses.add(1)
     let node = try readNode(ref)
-    cache.insert(ref.offset, node, evicting: fillCache)
+    switch fill {
+    case .always: cache.insert(ref.offset, node)
+    case .ifRoom: cache.insert(ref.offset, node, evicting: false)
+    case .never: break
+    }
     return node
   }
 
@@ -70,4 +73,15 @@ final class NodeStore: @unchecked Sendable {
     }
     return block.payload
   }
+}
+
+/// Whether a node read from the file enters the node cache.
+enum CacheFill {
+  /// Yes, evicting others if the cache is full (point reads, descents).
+  case always
+  /// Only into room the cache has to spare, evicting nothing (the leaves
+  /// of a long scan that asked to keep them).
+  case ifRoom
+  /// No (the leaves of a long scan: scan resistance).
+  case never
 }
