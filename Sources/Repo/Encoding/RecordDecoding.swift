@@ -537,10 +537,19 @@ struct RecordBytes {
   }
 
   func varint(at offset: inout Int, _ path: [any CodingKey]) throws -> UInt64 {
+    guard let v = varint(at: &offset) else { throw corrupt("bad varint", path) }
+    return v
+  }
+
+  /// The varint at `offset`, moving past it; nil if it runs past the record
+  /// or past 64 bits (what ``varint(at:_:)`` reports as corruption). For
+  /// readers that fall back instead of throwing, such as byte predicates.
+  @inline(__always)
+  func varint(at offset: inout Int) -> UInt64? {
     var result: UInt64 = 0
     var shift: UInt64 = 0
     while true {
-      guard offset < bytes.count, shift < 64 else { throw corrupt("bad varint", path) }
+      guard offset < bytes.count, shift < 64 else { return nil }
       let b = bytes[offset]
       offset += 1
       result |= UInt64(b & 0x7F) << shift
@@ -548,6 +557,10 @@ struct RecordBytes {
       shift += 7
     }
   }
+
+  /// A zigzag-encoded integer's value (FORMAT.md §9.2, tag 0x03).
+  @inline(__always)
+  static func unzigzag(_ z: UInt64) -> Int64 { Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1))) }
 
   func fixed<T: FixedWidthInteger>(_: T.Type, at offset: Int, _ path: [any CodingKey]) throws -> T {
     guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else {
@@ -635,8 +648,7 @@ struct RecordBytes {
     var o = offset + 1
     switch try tag(at: offset, path) {
     case RecordTag.int.rawValue:
-      let z = try varint(at: &o, path)
-      return Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+      return Self.unzigzag(try varint(at: &o, path))
     case RecordTag.uint.rawValue:
       let v = try varint(at: &o, path)
       guard v <= UInt64(Int64.max) else { throw mismatch(Int64.self, bytes[offset], path) }

@@ -107,49 +107,18 @@ extension RecordField {
     guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
     let count = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self))
     guard index < Int(count) else { return nil }
+    let r = RecordBytes(record)
     var o = offset + 5
     for _ in 0..<index {
       guard o < end else { return nil }
       let length = Int(record[o])
-      guard length < 0x80, let next = skipSmall(at: o + 1 + length, in: record) else { return nil }
+      guard length < 0x80, let next = r.quickSkip(at: o + 1 + length) else { return nil }
       o = next
     }
     let n = name.count
     guard o < end, Int(record[o]) == n, o + 1 + n <= end else { return nil }
     guard n == 0 || memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0 else { return nil }
     return o + 1 + n
-  }
-
-  /// The end of the value at `offset` when it is a scalar or a short
-  /// string (`RecordBytes.quickSkip`, inlined into the hinted walk); nil
-  /// for anything else, or a value that runs past the record.
-  @inline(__always)
-  static func skipSmall(at offset: Int, in b: UnsafeRawBufferPointer) -> Int? {
-    let count = b.count
-    guard offset < count else { return nil }
-    let tag = b[offset]
-    var end = offset + 1
-    if tag == RecordTag.int.rawValue || tag == RecordTag.uint.rawValue {
-      // A varint of at most ten bytes.
-      let limit = Swift.min(count, offset + 11)
-      while end < limit && b[end] >= 0x80 { end += 1 }
-      guard end < limit else { return nil }
-      end += 1
-    } else if tag == RecordTag.string.rawValue || tag == RecordTag.data.rawValue {
-      guard end < count, b[end] < 0x80 else { return nil }
-      end += 1 + Int(b[end])
-    } else if tag <= RecordTag.true.rawValue {
-      // nil, false, true: the tag alone.
-    } else if tag == RecordTag.double.rawValue || tag == RecordTag.date.rawValue {
-      end += 8
-    } else if tag == RecordTag.float.rawValue {
-      end += 4
-    } else if tag == RecordTag.uuid.rawValue {
-      end += 16
-    } else {
-      return nil
-    }
-    return end <= count ? end : nil
   }
 
   /// The value at `offset`, read as the field's kind.
@@ -162,19 +131,10 @@ extension RecordField {
     switch kind {
     case .int(let lo, let hi):
       if tag == RecordTag.int.rawValue {
-        // The zigzag varint, read in place (RecordBytes.varint's rules).
+        // Read in place, without the throwing path `int64` takes.
         var o = offset + 1
-        var z: UInt64 = 0
-        var shift: UInt64 = 0
-        while true {
-          guard o < record.count, shift < 64 else { return .undecided }
-          let b = record[o]
-          o += 1
-          z |= UInt64(b & 0x7F) << shift
-          if b < 0x80 { break }
-          shift += 7
-        }
-        let v = Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1)))
+        guard let z = r.varint(at: &o) else { return .undecided }
+        let v = RecordBytes.unzigzag(z)
         return v >= lo && v <= hi ? .int(v) : .undecided
       }
       guard let v = try? r.int64(at: offset, []), v >= lo, v <= hi else { return .undecided }
