@@ -525,8 +525,8 @@ where M.ID: Codable & Hashable & Sendable {
           return true
         }
         try tx.deleteRange(range, in: i.keyspace)
-        // In key order: each record leaf is changed once, while it is at
-        // hand, instead of in the index's order, which visits leaves at random.
+        // In key order: the deletes that fall in one record leaf come one
+        // after another, instead of at random in the index's order.
         recordKeys.sort { $0.lexicographicallyPrecedes($1) }
         for k in recordKeys { try tx.delete(k, in: space.records) }
         return recordKeys.count

@@ -10,6 +10,18 @@ import Testing
     return db
   }
 
+  /// 3,000 keys, one of them with a large value, a snapshot, and the
+  /// entries of keys 1,000 to 2,000 (the large one among them), copied.
+  static func rangeWithALargeValue() throws -> (Database, Snapshot, KeyRange, [Entry]) {
+    let db = try database(3_000)
+    try db.write { tx in
+      try tx.put(key(1_500), [UInt8](repeating: 4, count: 5_000), in: "ks")  // a large value
+    }
+    let snap = try db.snapshot()
+    let range = KeyRange(from: key(1_000), to: key(2_000))
+    return (db, snap, range, try snap.entries(in: "ks", range: range))
+  }
+
   @Test func aLongScanLeavesTheCacheAloneOrFillsOnlyItsSpareRoomWhenAsked() throws {
     let fs = MemoryFileSystem()
     let n = 20_000
@@ -232,13 +244,7 @@ import Testing
   }
 
   @Test func visitingEntriesInPlaceMatchesCopying() throws {
-    let db = try Self.database(3_000)
-    try db.write { tx in
-      try tx.put(key(1_500), [UInt8](repeating: 4, count: 5_000), in: "ks")  // a large value
-    }
-    let snap = try db.snapshot()
-    let range = KeyRange(from: key(1_000), to: key(2_000))
-    let copying = try snap.entries(in: "ks", range: range)
+    let (db, snap, range, copying) = try Self.rangeWithALargeValue()
     let c = try snap.cursor(in: "ks", range: range)
     var visited: [Entry] = []
     while let e = try c.next({ k, v in Entry(key: Array(k), value: Array(v)) }) { visited.append(e) }
@@ -267,13 +273,7 @@ import Testing
   }
 
   @Test func forEachVisitsWhatNextAndPreviousReturnAndStopsWhereTold() throws {
-    let db = try Self.database(3_000)
-    try db.write { tx in
-      try tx.put(key(1_500), [UInt8](repeating: 4, count: 5_000), in: "ks")  // a large value
-    }
-    let snap = try db.snapshot()
-    let range = KeyRange(from: key(1_000), to: key(2_000))
-    let copying = try snap.entries(in: "ks", range: range)
+    let (_, snap, range, copying) = try Self.rangeWithALargeValue()
 
     // Forward, whole range, across leaves and the large value.
     var forward: [Entry] = []

@@ -259,7 +259,22 @@ public final class Cursor {
   /// of its entries. The buffers are valid only inside `body`, which must
   /// not move this cursor.
   public func forEach(_ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool) throws {
+    try visitEach(forward: true, body)
+  }
+
+  /// ``forEach(_:)`` backwards: each entry before the cursor, last first,
+  /// as ``previous()`` would return them, without copying them.
+  public func forEachBackward(
+    _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+  ) throws {
+    try visitEach(forward: false, body)
+  }
+
+  private func visitEach(
+    forward: Bool, _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+  ) throws {
     try checkOpen()
+    let lower = range.lower
     while let l = leaf {
       // The position is kept in a local while the leaf is visited (a
       // stored property written per entry would be checked for exclusive
@@ -268,45 +283,21 @@ public final class Cursor {
       do {
         var at = index
         defer { index = at }
-        try l.visit(from: at, step: 1, store: ctx.store) { i, k, v in
-          if pastUpper(l, i) {
+        try l.visit(from: forward ? at : at - 1, step: forward ? 1 : -1, store: ctx.store) { i, k, v in
+          let outside =
+            forward
+            ? pastUpper(l, i) : lower.map { bound in bound.withUnsafeBytes { compareBytes(k, $0) } < 0 } ?? false
+          if outside {
             stopped = true
             return false
           }
-          at = i + 1
+          at = forward ? i + 1 : i
           stopped = try !body(k, v)
           return !stopped
         }
       }
       if stopped { return }
-      guard try stepLeaf(forward: true) else { return }
-    }
-  }
-
-  /// ``forEach(_:)`` backwards: each entry before the cursor, last first,
-  /// as ``previous()`` would return them, without copying them.
-  public func forEachBackward(
-    _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
-  ) throws {
-    try checkOpen()
-    let lower = range.lower
-    while let l = leaf {
-      var stopped = false
-      do {
-        var at = index
-        defer { index = at }
-        try l.visit(from: at - 1, step: -1, store: ctx.store) { i, k, v in
-          if let lower, lower.withUnsafeBytes({ compareBytes(k, $0) }) < 0 {
-            stopped = true
-            return false
-          }
-          at = i
-          stopped = try !body(k, v)
-          return !stopped
-        }
-      }
-      if stopped { return }
-      guard try stepLeaf(forward: false) else { return }
+      guard try stepLeaf(forward: forward) else { return }
     }
   }
 
