@@ -39,7 +39,10 @@ enum Compression {
     // decompresses each leaf it reads, and the fill cost a twentieth of it);
     // the array holds bytes only if it wrote all of them.
     var produced: Int32 = 0
-    let output = [UInt8](unsafeUninitializedCapacity: rawLength) { dst, initialized in
+    // At least one byte of capacity: `unsafeUninitializedCapacity: 0` writes
+    // the count into the shared empty-array singleton, which
+    // ThreadSanitizer reports as a race between two threads reading.
+    let output = [UInt8](unsafeUninitializedCapacity: max(rawLength, 1)) { dst, initialized in
       produced = input.withUnsafeBytes { src in
         LZ4_decompress_safe(
           src.baseAddress.map { ($0 + range.lowerBound).assumingMemoryBound(to: CChar.self) },

@@ -57,9 +57,13 @@ final class Gathered<M> {
   /// The models gathered, in order; the buffer is empty afterwards.
   func take() -> [M] {
     let n = count
+    // Never with zero: the stdlib then writes the count into the shared
+    // empty-array singleton, a race ThreadSanitizer reports when two
+    // threads take empty results at once.
+    guard n > 0 else { return [] }
     count = 0
     return [M](unsafeUninitializedCapacity: n) { buffer, initialized in
-      if n > 0, let to = buffer.baseAddress { to.moveInitialize(from: base, count: n) }
+      if let to = buffer.baseAddress { to.moveInitialize(from: base, count: n) }
       initialized = n
     }
   }
