@@ -67,9 +67,11 @@ public final class Store: Sendable {
   /// in ``recordsRead`` only).
   public var recordsDecoded: Int { counters.recordsDecoded.load(ordering: .relaxed) }
 
-  /// Query plans made since the store was opened; a query run again with
-  /// the same shape, constants, sort and window reuses its plan and does not
-  /// count.
+  /// Query plans made since the store was opened. A query of a shape run
+  /// before (the same key paths, operators and kinds of constant, sort and
+  /// window; any constant values) reuses that plan's choice with its own
+  /// key ranges and does not count, unless its constants make the choice
+  /// far dearer than planned.
   public var plansMade: Int { counters.plansMade.load(ordering: .relaxed) }
 
   /// Whether queries test predicates on record bytes where they can (on by

@@ -1,16 +1,22 @@
 import Foundation
 
-/// The plans already made for one model in one store, by query: the
-/// predicate's shape (its conditions' key paths and operators, whether
-/// anything else is in it, its `||` branches) with its constants, the sort,
-/// the window, the indexes built and the number of records to within a
-/// power of two. A repeated query — a list refreshed, a count per section —
-/// skips weighing every candidate.
+/// The plans already made for one model in one store, by query shape: the
+/// predicate's conditions (key paths, operators and the kind of each
+/// constant, not its value), whether anything else is in it, its `||`
+/// branches, the sort, the window, the indexes built and the number of
+/// records to within a power of two. A query of a known shape — a list
+/// refreshed, a search as the user types, a count per section — skips
+/// weighing every candidate: the cache keeps which candidate won
+/// (``PlanChoice``), and each query builds that one with its own constants.
 ///
-/// A plan is right for any data (the planner only ranks correct plans by
-/// cost), so a cached plan never gives a wrong answer. It can go stale in
-/// cost as records come and go: it is made again when the number of
-/// records crosses a power of two, and after ``refreshAfter`` uses.
+/// A reused choice never gives a wrong answer: its key ranges, and whether
+/// they alone select the matches, are this query's own (``Planning/make(_:narrowest:)``).
+/// It can be slower than the best plan for these constants. Two guards:
+/// the choice is weighed again when its cost for these constants is far
+/// above what it was planned at (a skewed constant: `category == "rare"`
+/// planned, `category == "common"` run), and every plan is made again when
+/// the number of records crosses a power of two and after ``refreshAfter``
+/// uses.
 ///
 /// Not generic: the Repo module's code over a model type runs
 /// unspecialized, and every generic type it touches costs a metadata
@@ -21,47 +27,85 @@ final class PlanCache: @unchecked Sendable {
   private var plans: [PlanKey: Entry] = [:]
 
   private final class Entry {
-    /// A `Boxed<Plan<M>>`: one cache serves one model space, so one `M`.
-    let plan: AnyObject
+    let choice: PlanChoice
+    /// Its cost when it was chosen.
+    let cost: Double
+    /// The range candidate that selected the fewest records: a plan read
+    /// in sort order until the limit fills is as fast as that filter is
+    /// selective, so reusing it counts that range again.
+    let narrowest: PlanChoice?
     var uses = 0
-    init(_ plan: AnyObject) { self.plan = plan }
+    init(_ choice: PlanChoice, cost: Double, narrowest: PlanChoice?) {
+      self.choice = choice
+      self.cost = cost
+      self.narrowest = narrowest
+    }
   }
 
-  /// How many plans one model keeps; when full, it starts over.
+  /// How many shapes one model keeps; when full, it starts over.
   static var capacity: Int { 256 }
-  /// Uses of a cached plan before it is made again with fresh counts.
+  /// Uses of a cached choice before it is weighed again with fresh counts.
   static var refreshAfter: Int { 1_000 }
+  /// How much dearer than planned a reused choice may be for new constants
+  /// before the query is planned afresh: `cost × skew + skewSlack` records.
+  static var skew: Double { 8 }
+  static var skewSlack: Double { 64 }
 
-  /// The cached plan for `key`, or the one `make` returns (then cached).
-  func plan<M>(for key: PlanKey, make: () -> Plan<M>) -> Plan<M> {
+  /// The plan for `planning`'s query: the choice cached for `key` built
+  /// with its constants, or the best plan (then its choice is cached).
+  func plan<M>(for key: PlanKey, planning: Planning<M>) -> Plan<M> {
     lock.lock()
-    if let entry = plans[key], entry.uses < Self.refreshAfter {
-      entry.uses += 1
-      lock.unlock()
-      return unsafeDowncast(entry.plan, to: Boxed<Plan<M>>.self).value
+    var entry = plans[key]
+    if let e = entry {
+      if e.uses < Self.refreshAfter { e.uses += 1 } else { entry = nil }
     }
     lock.unlock()
-    let plan = make()
+    if let entry, let made = reuse(entry, planning) { return made.plan }
+    planning.space.counters.plansMade.add(1, ordering: .relaxed)
+    let (best, narrowest) = planning.bestWithNarrowest()
     lock.lock()
     defer { lock.unlock() }
     if plans.count >= Self.capacity { plans.removeAll(keepingCapacity: true) }
-    plans[key] = Entry(Boxed(plan))
-    return plan
+    plans[key] = Entry(best.choice, cost: best.cost, narrowest: narrowest)
+    return best.plan
+  }
+
+  /// The cached choice built for `planning`'s constants, or nil when it
+  /// cannot be built or would cost far more than it was planned at.
+  private func reuse<M>(_ entry: Entry, _ planning: Planning<M>) -> Candidate<M>? {
+    var narrowest = planning.everything
+    if let n = entry.narrowest {
+      guard let rows = planning.make(n, narrowest: narrowest)?.rows else { return nil }
+      narrowest = rows
+    }
+    guard let made = planning.make(entry.choice, narrowest: narrowest),
+      made.cost <= entry.cost * Self.skew + Self.skewSlack
+    else { return nil }
+    return made
   }
 }
 
 /// What a plan depends on.
 struct PlanKey: Hashable {
-  enum Constant: Hashable {
-    case int(Int)
-    case string(String)
-    case bool(Bool)
-    case double(UInt64)
-    case other(ObjectIdentifier, AnyHashable)
+  /// What the planner makes of a constant without its value: its type,
+  /// and whether it is nil, a NaN or a non-ASCII string, which change the
+  /// ranges it can bound.
+  struct ConstantKind: Hashable {
+    var type: ObjectIdentifier
+    var isNil: Bool
+    var isNaN: Bool
+    var isNonASCII: Bool
+
+    init(_ value: Any) {
+      type = ObjectIdentifier(Swift.type(of: value))
+      isNil = isNilConstant(value)
+      isNaN = Planner.isNaN(value)
+      isNonASCII = Planner.isNonASCIIString(value)
+    }
   }
 
   enum Part: Hashable {
-    case condition(AnyKeyPath, Condition.Op, Constant)
+    case condition(AnyKeyPath, Condition.Op, ConstantKind)
     case sort(AnyKeyPath?, reverse: Bool, plain: Bool)
     case shape(complete: Bool, conditions: Int, branches: Int)
   }
@@ -73,9 +117,8 @@ struct PlanKey: Hashable {
   var offset: Int?
   var parts: [Part] = []
 
-  /// The key of a query, or nil when it cannot be cached: more than 64
-  /// indexes, a constant that is not `Hashable`, or a NaN (never equal to
-  /// itself, so never found).
+  /// The key of a query's shape, or nil when it cannot be cached (more
+  /// than 64 indexes).
   init?<M>(
     _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>, records: Int
   ) {
@@ -88,31 +131,12 @@ struct PlanKey: Hashable {
     for s in descriptor.sortBy {
       parts.append(.sort(s.keyPath, reverse: s.order == .reverse, plain: s.stringComparator == nil))
     }
-    guard append(analysis) else { return nil }
+    append(analysis)
   }
 
-  private mutating func append(_ a: Analysis) -> Bool {
+  private mutating func append(_ a: Analysis) {
     parts.append(.shape(complete: a.complete, conditions: a.conditions.count, branches: a.branches?.count ?? -1))
-    for c in a.conditions {
-      guard let constant = Self.constant(c.value) else { return false }
-      parts.append(.condition(c.keyPath, c.op, constant))
-    }
-    for b in a.branches ?? [] where !append(b) { return false }
-    return true
-  }
-
-  /// The constant as a key: the common types without a cast to
-  /// `AnyHashable`; any other with its type (5 as Int8 and as Int64 are
-  /// different keys).
-  private static func constant(_ value: Any) -> Constant? {
-    switch value {
-    case let v as Int: return .int(v)
-    case let v as String: return .string(v)
-    case let v as Bool: return .bool(v)
-    case let v as Double: return v.isNaN ? nil : .double((v == 0 ? 0 : v).bitPattern)
-    default:
-      guard !Planner.isNaN(value), let v = value as? AnyHashable else { return nil }
-      return .other(ObjectIdentifier(type(of: value)), v)
-    }
+    for c in a.conditions { parts.append(.condition(c.keyPath, c.op, ConstantKind(c.value))) }
+    for b in a.branches ?? [] { append(b) }
   }
 }

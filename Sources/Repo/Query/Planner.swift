@@ -65,10 +65,37 @@ private func describe(_ r: KeyRange) -> String {
   "[\(r.lower.map(hex) ?? "start"), \(r.upper.map(hex) ?? "end"))"
 }
 
+/// Which candidate a plan is, without its key ranges: what the plan cache
+/// keeps for a predicate's shape, and makes again for other constants.
+indirect enum PlanChoice: Hashable {
+  /// The id: one lookup, or a range of the records keyspace.
+  case primary
+  /// `space.indexes[i]` over the range its conditions select.
+  case index(Int)
+  /// `space.indexes[i]` whole, for its order.
+  case sortedIndex(Int)
+  /// Every record, in id order.
+  case scan
+  /// Each branch of an `||` by its own choice, each record once.
+  case union([PlanChoice])
+}
+
+/// A plan with what the planner knew when it chose it.
+struct Candidate<M> {
+  /// Records it is expected to read (with the sort, when it needs one).
+  var cost: Double
+  var plan: Plan<M>
+  var choice: PlanChoice
+  /// Records its key range holds, for a range plan.
+  var rows: Double?
+}
+
 enum Planner {
-  /// Chooses how to run `descriptor`, using only indexes in `built`; a
-  /// query planned before (same shape, constants, sort and window) reuses
-  /// its plan (``PlanCache``).
+  /// Chooses how to run `descriptor`, using only indexes in `built`.
+  ///
+  /// A query of a shape planned before (the same key paths, operators and
+  /// kinds of constant, sort, window and indexes) reuses the choice made
+  /// then (``PlanCache``) and only works out its own key ranges.
   ///
   /// Cost-based: `count(keyspace, range)` (O(log n) on the engine's
   /// counted trees) says how many entries each candidate range holds, so a
@@ -76,177 +103,20 @@ enum Planner {
   /// order beats sorting when a limit makes it stop early.
   static func plan<M: Identifiable>(
     _ descriptor: FetchDescriptor<M>, space: ModelSpace<M>, built: Set<String>,
-    count: (String, KeyRange) -> Double? = { _, _ in nil }
+    count: @escaping (String, KeyRange) -> Double? = { _, _ in nil }
   ) -> Plan<M> where M.ID: Encodable {
-    let analysis = Analysis.of(descriptor.predicate)
-    func make() -> Plan<M> {
-      space.counters.plansMade.add(1, ordering: .relaxed)
-      return plan(descriptor, analysis: analysis, space: space, built: built, count: count).plan
-    }
+    let planning = Planning(
+      descriptor, analysis: Analysis.of(descriptor.predicate), space: space, built: built, count: count)
     // Costs depend on how many records there are: a plan made for a
     // hundred is made again for a thousand (the count is O(1)).
     let records = count(space.records, .all).map { Int($0).bitWidth - Int($0).leadingZeroBitCount } ?? -1
-    guard let key = PlanKey(descriptor, analysis: analysis, space: space, built: built, records: records) else {
-      return make()
+    guard
+      let key = PlanKey(descriptor, analysis: planning.analysis, space: space, built: built, records: records)
+    else {
+      space.counters.plansMade.add(1, ordering: .relaxed)
+      return planning.best().plan
     }
-    return space.plans.plan(for: key, make: make)
-  }
-
-  /// The cheapest plan for `analysis` (the descriptor gives sort and
-  /// limit), with its estimated cost in records read.
-  static func plan<M: Identifiable>(
-    _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>,
-    count: (String, KeyRange) -> Double?
-  ) -> (cost: Double, plan: Plan<M>) where M.ID: Encodable {
-    let conditions = analysis.conditions
-    let sortPaths = descriptor.sortBy.map { $0.keyPath }
-    // Sort keys the predicate fixes with `==` have one value in every result:
-    // they order nothing, so only the others ("open") must match an index,
-    // and they may go either way (`category == c`, sorted by category up and
-    // date down, is the (category, date) index read backwards). Ties follow
-    // the first open descriptor, as SortComparator orders them.
-    let fixed = analysis.fixedKeyPaths
-    let open = descriptor.sortBy.filter { $0.keyPath.map { !fixed.contains($0) } ?? true }
-    let openPaths = open.map { $0.keyPath }
-    let sortReverse = SortComparator<M>.tiesReverse(descriptor.sortBy, fixed: fixed)
-    let sortUniform = open.allSatisfy { ($0.order == .reverse) == sortReverse }
-    /// Whether reading `components` in order gives the sort: the open
-    /// descriptors are exactly its components that are not fixed (all of
-    /// them, or ties inside the index's order would not be by key).
-    func matchesSort(_ components: [AnyKeyPath]) -> Bool {
-      let free = components.filter { !fixed.contains($0) }
-      return sortUniform && openPaths.count == free.count && zip(openPaths, free).allSatisfy { $0 == $1 }
-    }
-    // Keys keep values in their type's `<` order (strings: by the Unicode
-    // scalars of their NFC form, which is how Swift compares them). A
-    // descriptor with a string comparator — `.localizedStandard`, the
-    // default for `SortDescriptor(\.title)` on Apple platforms, or any other —
-    // orders differently, so only the sort in memory can serve it.
-    let keyOrder = descriptor.sortBy.allSatisfy { $0.stringComparator == nil }
-    let total = max(1, count(space.records, .all) ?? 1_000_000)
-    let limit = descriptor.fetchLimit.map { Double($0 + (descriptor.fetchOffset ?? 0)) }
-
-    // Sorted by id (or not sorted): the records keyspace is in id order.
-    let idOrdered =
-      sortPaths.isEmpty
-      || (keyOrder && sortUniform
-        && (openPaths.isEmpty || (openPaths.count == 1 && openPaths[0].map { isID($0, M.self) } == true)))
-
-    /// Records read, plus the sort when the order is not given.
-    func cost(rows: Double, ordered: Bool) -> Double {
-      if ordered || sortPaths.isEmpty { return rows }
-      return rows + rows * log2(max(2, rows)) * 0.05
-    }
-
-    var candidates: [(cost: Double, plan: Plan<M>)] = []
-    var narrowest = total  // fewest records any range selects: the filter's reach
-
-    // 1. The primary key.
-    let idConditions = conditions.filter { isID($0.keyPath, M.self) }
-    if !idConditions.isEmpty,
-      let r = range(
-        idConditions, prefix: [],
-        encode: { v in
-          guard let id = v as? M.ID else { return nil }
-          return try KeyEncoding.encode(id)
-        })
-    {
-      let exact = analysis.complete && r.used.count == conditions.count
-      if r.isEquality, let key = r.range.lower {
-        candidates.append((1, Plan(access: .id(key), ordered: true, exact: exact, used: r.used)))
-        narrowest = 1
-      } else {
-        let rows = count(space.records, r.range) ?? total / 3
-        narrowest = min(narrowest, rows)
-        let plan = Plan<M>(
-          access: .records(r.range, reverse: idOrdered && sortReverse), ordered: idOrdered, exact: exact, used: r.used)
-        candidates.append((cost(rows: rows, ordered: idOrdered), plan))
-      }
-    }
-
-    // 2. Each built index: equalities on a prefix of its components, then a range.
-    for resolved in space.indexes where built.contains(resolved.index.name) {
-      let index = resolved.index
-      var prefix: [UInt8] = []
-      var used: [UsedCondition] = []
-      var consumed = 0
-      var rangePart: (range: KeyRange, used: [UsedCondition], isEquality: Bool)?
-      for (i, path) in index.keyPaths.enumerated() {
-        let mine = conditions.filter { $0.keyPath == path }
-        guard !mine.isEmpty else { break }
-        if let eq = mine.first(where: { $0.op == .equal && !isNaN($0.value) }),
-          let bytes = (try? index.encodeComponent[i](eq.value)) ?? nil
-        {
-          prefix += bytes
-          used.append(UsedCondition(keyPath: path, op: .equal))
-          consumed += 1
-          continue
-        }
-        if let r = range(mine, prefix: prefix, encode: index.encodeComponent[i]) {
-          rangePart = r
-          used += r.used
-          // Only what the range used: a condition it could not encode (or
-          // a NaN) is left to the filter.
-          consumed += r.used.count
-        }
-        break
-      }
-      guard !used.isEmpty else { continue }
-      let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyRange.successor(ofPrefix: prefix))
-      // Index order matches the sort when the sort keys are the index's
-      // components after the equality prefix.
-      let ordered = sortPaths.isEmpty || (keyOrder && matchesSort(index.keyPaths))
-      let exact = analysis.complete && consumed == conditions.count
-      let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
-      narrowest = min(narrowest, rows)
-      let plan = Plan<M>(
-        access: .index(resolved, range, reverse: ordered && sortReverse), ordered: ordered, exact: exact, used: used)
-      // In order with a limit, the read stops after about `limit` records.
-      candidates.append((cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan))
-    }
-
-    // 3. A sort order an index (or the id) already has: read in that order,
-    //    stopping once the limit is filled; with a filter that keeps one
-    //    record in total/narrowest, that takes about limit × total/narrowest reads.
-    let reach = min(total, limit.map { $0 * total / max(1, narrowest) } ?? total)
-    if !sortPaths.isEmpty, sortUniform, keyOrder {
-      for resolved in space.indexes where built.contains(resolved.index.name) {
-        let paths = resolved.index.keyPaths
-        if matchesSort(paths) {
-          let plan = Plan<M>(
-            access: .index(resolved, .all, reverse: sortReverse), ordered: true,
-            exact: analysis.complete && conditions.isEmpty,
-            used: [])
-          candidates.append((reach, plan))
-        }
-      }
-    }
-
-    // 4. Everything, in id order.
-    let scan = Plan<M>(
-      access: .records(.all, reverse: idOrdered && sortReverse), ordered: idOrdered,
-      exact: analysis.complete && conditions.isEmpty, used: [])
-    candidates.append((idOrdered ? reach : cost(rows: total, ordered: false), scan))
-
-    // 5. An `||` (or a `!=`): the union of each branch's own best range,
-    //    when none of them needs a full scan. Records come in no order, each
-    //    once (a set of the keys seen), so it costs a little more per record.
-    if let branches = analysis.branches, branches.count <= 16 {
-      var parts: [Plan<M>] = []
-      var rows = 0.0
-      for b in branches {
-        let (c, p) = plan(FetchDescriptor<M>(), analysis: b, space: space, built: built, count: count)
-        if case .records(.all, _) = p.access { return candidates.min { $0.cost < $1.cost }! }
-        if case .index(_, .all, _) = p.access { return candidates.min { $0.cost < $1.cost }! }
-        parts.append(p)
-        rows += c
-      }
-      let ordered = sortPaths.isEmpty
-      let union = Plan<M>(access: .union(parts), ordered: ordered, exact: parts.allSatisfy(\.exact), used: [])
-      candidates.append((cost(rows: rows * 1.2, ordered: ordered), union))
-    }
-
-    return candidates.min { $0.cost < $1.cost }!
+    return space.plans.plan(for: key, planning: planning)
   }
 
   /// Whether `keyPath` reads a model's `id`: `\M.id` as generic code forms
@@ -356,6 +226,248 @@ enum Planner {
     let candidates: [Any] = [Double.infinity, Float.infinity, Date(timeIntervalSinceReferenceDate: .infinity)]
     for c in candidates { if let key = (try? encode(c)) ?? nil { return key } }
     return nil
+  }
+}
+
+/// One query being planned: what every candidate shares, and how to build
+/// each.
+///
+/// `best()` weighs every candidate; `make(_:)` builds one chosen before for
+/// the same shape, with this query's constants: its key ranges and whether
+/// they select exactly the matches are always this query's own, so a
+/// reused choice is never a wrong answer, only possibly a slower one.
+struct Planning<M: Identifiable> where M.ID: Encodable {
+  let descriptor: FetchDescriptor<M>
+  let analysis: Analysis
+  let space: ModelSpace<M>
+  let built: Set<String>
+  let count: (String, KeyRange) -> Double?
+
+  private let sortPaths: [AnyKeyPath?]
+  private let fixed: Set<AnyKeyPath>
+  private let openPaths: [AnyKeyPath?]
+  private let sortReverse: Bool
+  private let sortUniform: Bool
+  private let keyOrder: Bool
+  private let total: Double
+  private let limit: Double?
+  private let idOrdered: Bool
+
+  init(
+    _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>,
+    count: @escaping (String, KeyRange) -> Double?
+  ) {
+    self.descriptor = descriptor
+    self.analysis = analysis
+    self.space = space
+    self.built = built
+    self.count = count
+    sortPaths = descriptor.sortBy.map { $0.keyPath }
+    // Sort keys the predicate fixes with `==` have one value in every result:
+    // they order nothing, so only the others ("open") must match an index,
+    // and they may go either way (`category == c`, sorted by category up and
+    // date down, is the (category, date) index read backwards). Ties follow
+    // the first open descriptor, as SortComparator orders them.
+    let fixed = analysis.fixedKeyPaths
+    self.fixed = fixed
+    let open = descriptor.sortBy.filter { $0.keyPath.map { !fixed.contains($0) } ?? true }
+    openPaths = open.map { $0.keyPath }
+    let sortReverse = SortComparator<M>.tiesReverse(descriptor.sortBy, fixed: fixed)
+    self.sortReverse = sortReverse
+    sortUniform = open.allSatisfy { ($0.order == .reverse) == sortReverse }
+    // Keys keep values in their type's `<` order (strings: by the Unicode
+    // scalars of their NFC form, which is how Swift compares them). A
+    // descriptor with a string comparator — `.localizedStandard`, the
+    // default for `SortDescriptor(\.title)` on Apple platforms, or any other —
+    // orders differently, so only the sort in memory can serve it.
+    keyOrder = descriptor.sortBy.allSatisfy { $0.stringComparator == nil }
+    total = max(1, count(space.records, .all) ?? 1_000_000)
+    limit = descriptor.fetchLimit.map { Double($0 + (descriptor.fetchOffset ?? 0)) }
+    // Sorted by id (or not sorted): the records keyspace is in id order.
+    idOrdered =
+      sortPaths.isEmpty
+      || (keyOrder && sortUniform
+        && (openPaths.isEmpty || (openPaths.count == 1 && openPaths[0].map { Planner.isID($0, M.self) } == true)))
+  }
+
+  /// Whether reading `components` in order gives the sort: the open
+  /// descriptors are exactly its components that are not fixed (all of
+  /// them, or ties inside the index's order would not be by key).
+  private func matchesSort(_ components: [AnyKeyPath]) -> Bool {
+    let free = components.filter { !fixed.contains($0) }
+    return sortUniform && openPaths.count == free.count && zip(openPaths, free).allSatisfy { $0 == $1 }
+  }
+
+  /// Records read, plus the sort when the order is not given.
+  private func cost(rows: Double, ordered: Bool) -> Double {
+    if ordered || sortPaths.isEmpty { return rows }
+    return rows + rows * log2(max(2, rows)) * 0.05
+  }
+
+  /// Records a read in sort order takes to fill the limit when the filter
+  /// keeps one record in `total / narrowest`.
+  private func reach(narrowest: Double) -> Double {
+    min(total, limit.map { $0 * total / max(1, narrowest) } ?? total)
+  }
+
+  private func isBuilt(_ i: Int) -> Bool { built.contains(space.indexes[i].index.name) }
+
+  /// Every record: how many a plan reads at most.
+  var everything: Double { total }
+
+  /// The cheapest candidate.
+  func best() -> Candidate<M> { bestWithNarrowest().best }
+
+  /// The cheapest candidate, and the range candidate that selects the
+  /// fewest records (what a read in sort order with a limit depends on).
+  func bestWithNarrowest() -> (best: Candidate<M>, narrowest: PlanChoice?) {
+    var candidates: [Candidate<M>] = []
+    var narrowest = total  // fewest records any range selects: the filter's reach
+    var narrowestChoice: PlanChoice?
+    func add(_ c: Candidate<M>?) {
+      guard let c else { return }
+      if let rows = c.rows, rows < narrowest {
+        narrowest = rows
+        narrowestChoice = c.choice
+      }
+      candidates.append(c)
+    }
+    // 1. The primary key. 2. Each built index's range.
+    add(primary())
+    for i in space.indexes.indices where isBuilt(i) { add(index(i)) }
+    // 3. A sort order an index already has, stopping once the limit is filled.
+    for i in space.indexes.indices where isBuilt(i) { add(sortedIndex(i, narrowest: narrowest)) }
+    // 4. Everything, in id order.
+    add(scan(narrowest: narrowest))
+    // 5. The union of an `||`'s (or a `!=`'s) branches.
+    add(union())
+    // Ties go to the first: a range before a whole index, before a scan.
+    var best = candidates[0]
+    for c in candidates.dropFirst() where c.cost < best.cost { best = c }
+    return (best, narrowestChoice)
+  }
+
+  /// The candidate `choice` names, with this query's constants; nil when
+  /// its conditions no longer give it a range (a constant that does not
+  /// encode as a key).
+  func make(_ choice: PlanChoice, narrowest: Double) -> Candidate<M>? {
+    switch choice {
+    case .primary: return primary()
+    case .index(let i): return i < space.indexes.count && isBuilt(i) ? index(i) : nil
+    case .sortedIndex(let i): return i < space.indexes.count && isBuilt(i) ? sortedIndex(i, narrowest: narrowest) : nil
+    case .scan: return scan(narrowest: narrowest)
+    case .union(let choices): return union(choices)
+    }
+  }
+
+  /// 1. The primary key: one lookup for `id == c`, else a range.
+  private func primary() -> Candidate<M>? {
+    let conditions = analysis.conditions
+    let idConditions = conditions.filter { Planner.isID($0.keyPath, M.self) }
+    guard !idConditions.isEmpty,
+      let r = Planner.range(
+        idConditions, prefix: [],
+        encode: { v in
+          guard let id = v as? M.ID else { return nil }
+          return try KeyEncoding.encode(id)
+        })
+    else { return nil }
+    let exact = analysis.complete && r.used.count == conditions.count
+    if r.isEquality, let key = r.range.lower {
+      return Candidate(
+        cost: 1, plan: Plan(access: .id(key), ordered: true, exact: exact, used: r.used), choice: .primary, rows: 1)
+    }
+    let rows = count(space.records, r.range) ?? total / 3
+    let plan = Plan<M>(
+      access: .records(r.range, reverse: idOrdered && sortReverse), ordered: idOrdered, exact: exact, used: r.used)
+    return Candidate(cost: cost(rows: rows, ordered: idOrdered), plan: plan, choice: .primary, rows: rows)
+  }
+
+  /// 2. Index `i`: equalities on a prefix of its components, then a range.
+  private func index(_ i: Int) -> Candidate<M>? {
+    let conditions = analysis.conditions
+    let resolved = space.indexes[i]
+    let index = resolved.index
+    var prefix: [UInt8] = []
+    var used: [UsedCondition] = []
+    var consumed = 0
+    var rangePart: (range: KeyRange, used: [UsedCondition], isEquality: Bool)?
+    for (c, path) in index.keyPaths.enumerated() {
+      let mine = conditions.filter { $0.keyPath == path }
+      guard !mine.isEmpty else { break }
+      if let eq = mine.first(where: { $0.op == .equal && !Planner.isNaN($0.value) }),
+        let bytes = (try? index.encodeComponent[c](eq.value)) ?? nil
+      {
+        prefix += bytes
+        used.append(UsedCondition(keyPath: path, op: .equal))
+        consumed += 1
+        continue
+      }
+      if let r = Planner.range(mine, prefix: prefix, encode: index.encodeComponent[c]) {
+        rangePart = r
+        used += r.used
+        // Only what the range used: a condition it could not encode (or
+        // a NaN) is left to the filter.
+        consumed += r.used.count
+      }
+      break
+    }
+    guard !used.isEmpty else { return nil }
+    let range = rangePart?.range ?? KeyRange(from: prefix, to: KeyRange.successor(ofPrefix: prefix))
+    // Index order matches the sort when the sort keys are the index's
+    // components after the equality prefix.
+    let ordered = sortPaths.isEmpty || (keyOrder && matchesSort(index.keyPaths))
+    let exact = analysis.complete && consumed == conditions.count
+    let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
+    let plan = Plan<M>(
+      access: .index(resolved, range, reverse: ordered && sortReverse), ordered: ordered, exact: exact, used: used)
+    // In order with a limit, the read stops after about `limit` records.
+    return Candidate(
+      cost: cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan: plan, choice: .index(i),
+      rows: rows)
+  }
+
+  /// 3. Index `i` whole, when its order is the sort's: with a filter that
+  /// keeps one record in total/narrowest, about limit × total/narrowest reads.
+  private func sortedIndex(_ i: Int, narrowest: Double) -> Candidate<M>? {
+    guard !sortPaths.isEmpty, sortUniform, keyOrder, matchesSort(space.indexes[i].index.keyPaths) else { return nil }
+    let plan = Plan<M>(
+      access: .index(space.indexes[i], .all, reverse: sortReverse), ordered: true,
+      exact: analysis.complete && analysis.conditions.isEmpty, used: [])
+    return Candidate(cost: reach(narrowest: narrowest), plan: plan, choice: .sortedIndex(i))
+  }
+
+  /// 4. Every record, in id order.
+  private func scan(narrowest: Double) -> Candidate<M> {
+    let plan = Plan<M>(
+      access: .records(.all, reverse: idOrdered && sortReverse), ordered: idOrdered,
+      exact: analysis.complete && analysis.conditions.isEmpty, used: [])
+    return Candidate(
+      cost: idOrdered ? reach(narrowest: narrowest) : cost(rows: total, ordered: false), plan: plan, choice: .scan)
+  }
+
+  /// 5. An `||` (or a `!=`): the union of each branch's own best range (or
+  /// of `choices`, one per branch), when none of them needs a full scan.
+  /// Records come in no order, each once (a set of the keys seen), so it
+  /// costs a little more per record.
+  private func union(_ choices: [PlanChoice]? = nil) -> Candidate<M>? {
+    guard let branches = analysis.branches, branches.count <= 16, choices.map({ $0.count == branches.count }) ?? true
+    else { return nil }
+    var parts: [Plan<M>] = []
+    var made: [PlanChoice] = []
+    var rows = 0.0
+    for (n, b) in branches.enumerated() {
+      let branch = Planning(FetchDescriptor<M>(), analysis: b, space: space, built: built, count: count)
+      guard let c = choices.map({ branch.make($0[n], narrowest: total) }) ?? branch.best() else { return nil }
+      if case .records(.all, _) = c.plan.access { return nil }
+      if case .index(_, .all, _) = c.plan.access { return nil }
+      parts.append(c.plan)
+      made.append(c.choice)
+      rows += c.cost
+    }
+    let ordered = sortPaths.isEmpty
+    let union = Plan<M>(access: .union(parts), ordered: ordered, exact: parts.allSatisfy(\.exact), used: [])
+    return Candidate(cost: cost(rows: rows * 1.2, ordered: ordered), plan: union, choice: .union(made))
   }
 }
 
