@@ -32,13 +32,17 @@ final class PlanCache: @unchecked Sendable {
     let cost: Double
     /// The range candidate that selected the fewest records: a plan read
     /// in sort order until the limit fills is as fast as that filter is
-    /// selective, so reusing it counts that range again.
+    /// selective, so reusing one counts that range again.
     let narrowest: PlanChoice?
+    /// A `Boxed<Planning<M>.SortFacts>`: one cache serves one model
+    /// space, so one `M`.
+    let facts: AnyObject
     var uses = 0
-    init(_ choice: PlanChoice, cost: Double, narrowest: PlanChoice?) {
+    init(_ choice: PlanChoice, cost: Double, narrowest: PlanChoice?, facts: AnyObject) {
       self.choice = choice
       self.cost = cost
       self.narrowest = narrowest
+      self.facts = facts
     }
   }
 
@@ -51,38 +55,52 @@ final class PlanCache: @unchecked Sendable {
   static var skew: Double { 8 }
   static var skewSlack: Double { 64 }
 
-  /// The plan for `planning`'s query: the choice cached for `key` built
-  /// with its constants, or the best plan (then its choice is cached).
-  func plan<M>(for key: PlanKey, planning: Planning<M>) -> Plan<M> {
+  /// The plan for a query of shape `key`: the choice cached for it built
+  /// with the query's constants, or the best plan (then its choice is
+  /// cached). `planning` sets the query up, given the sort's facts when a
+  /// query of this shape has worked them out before.
+  func plan<M>(for key: PlanKey, planning: (Planning<M>.SortFacts?) -> Planning<M>) -> Plan<M> {
     lock.lock()
     var entry = plans[key]
     if let e = entry {
       if e.uses < Self.refreshAfter { e.uses += 1 } else { entry = nil }
     }
     lock.unlock()
-    if let entry, let made = reuse(entry, planning) { return made.plan }
-    planning.space.counters.plansMade.add(1, ordering: .relaxed)
-    let (best, narrowest) = planning.bestWithNarrowest()
+    var facts: Planning<M>.SortFacts?
+    if let entry {
+      let known = unsafeDowncast(entry.facts, to: Boxed<Planning<M>.SortFacts>.self).value
+      facts = known
+      if let made = reuse(entry, planning(known)) { return made.plan }
+    }
+    let query = planning(facts)
+    query.space.counters.plansMade.add(1, ordering: .relaxed)
+    let (best, narrowest) = query.bestWithNarrowest()
     lock.lock()
     defer { lock.unlock() }
     if plans.count >= Self.capacity { plans.removeAll(keepingCapacity: true) }
-    plans[key] = Entry(best.choice, cost: best.cost, narrowest: narrowest)
+    plans[key] = Entry(best.choice, cost: best.cost, narrowest: narrowest, facts: Boxed(query.facts))
     return best.plan
   }
 
   /// The cached choice built for `planning`'s constants, or nil when it
   /// cannot be built or would cost far more than it was planned at.
   private func reuse<M>(_ entry: Entry, _ planning: Planning<M>) -> Candidate<M>? {
+    // Only a read in sort order depends on how selective the filter is.
     var narrowest = planning.everything
-    if let n = entry.narrowest {
-      guard let rows = planning.make(n, narrowest: narrowest)?.rows else { return nil }
-      narrowest = rows
+    switch entry.choice {
+    case .sortedIndex, .scan:
+      if let n = entry.narrowest {
+        guard let rows = planning.make(n, narrowest: narrowest)?.rows else { return nil }
+        narrowest = rows
+      }
+    case .primary, .index, .union: break
     }
     guard let made = planning.make(entry.choice, narrowest: narrowest),
       made.cost <= entry.cost * Self.skew + Self.skewSlack
     else { return nil }
     return made
   }
+
 }
 
 /// What a plan depends on.
@@ -98,9 +116,20 @@ struct PlanKey: Hashable {
 
     init(_ value: Any) {
       type = ObjectIdentifier(Swift.type(of: value))
-      isNil = isNilConstant(value)
-      isNaN = Planner.isNaN(value)
-      isNonASCII = Planner.isNonASCIIString(value)
+      // The common types first: each test below casts to a protocol
+      // (optionals), which costs more than the rest of the key.
+      switch value {
+      case is Int, is Bool:
+        (isNil, isNaN, isNonASCII) = (false, false, false)
+      case let s as String where Swift.type(of: value) == String.self:
+        (isNil, isNaN, isNonASCII) = (false, false, !s.utf8.allSatisfy { $0 < 0x80 })
+      case let d as Double where Swift.type(of: value) == Double.self:
+        (isNil, isNaN, isNonASCII) = (false, d.isNaN, false)
+      default:
+        isNil = isNilConstant(value)
+        isNaN = Planner.isNaN(value)
+        isNonASCII = Planner.isNonASCIIString(value)
+      }
     }
   }
 

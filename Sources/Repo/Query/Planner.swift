@@ -105,16 +105,18 @@ enum Planner {
     _ descriptor: FetchDescriptor<M>, space: ModelSpace<M>, built: Set<String>,
     count: @escaping (String, KeyRange) -> Double? = { _, _ in nil }
   ) -> Plan<M> where M.ID: Encodable {
-    let planning = Planning(
-      descriptor, analysis: Analysis.of(descriptor.predicate), space: space, built: built, count: count)
+    let analysis = Analysis.of(descriptor.predicate)
     // Costs depend on how many records there are: a plan made for a
     // hundred is made again for a thousand (the count is O(1)).
-    let records = count(space.records, .all).map { Int($0).bitWidth - Int($0).leadingZeroBitCount } ?? -1
-    guard
-      let key = PlanKey(descriptor, analysis: planning.analysis, space: space, built: built, records: records)
-    else {
+    let records = count(space.records, .all)
+    let magnitude = records.map { Int($0).bitWidth - Int($0).leadingZeroBitCount } ?? -1
+    func planning(_ facts: Planning<M>.SortFacts?) -> Planning<M> {
+      Planning(
+        descriptor, analysis: analysis, space: space, built: built, count: count, facts: facts, records: records)
+    }
+    guard let key = PlanKey(descriptor, analysis: analysis, space: space, built: built, records: magnitude) else {
       space.counters.plansMade.add(1, ordering: .relaxed)
-      return planning.best().plan
+      return planning(nil).best().plan
     }
     return space.plans.plan(for: key, planning: planning)
   }
@@ -204,6 +206,8 @@ enum Planner {
 
   /// Whether `value` is a floating-point NaN (or a Date of NaN seconds), through optionals.
   static func isNaN(_ value: Any) -> Bool {
+    // Integers and strings first: the cast to an optional costs more.
+    if value is Int || value is String { return false }
     if let o = value as? any AnyOptional { return o.anyWrapped.map(isNaN) ?? false }
     switch value {
     case let d as Double: return d.isNaN
@@ -243,51 +247,72 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
   let built: Set<String>
   let count: (String, KeyRange) -> Double?
 
-  private let sortPaths: [AnyKeyPath?]
-  private let fixed: Set<AnyKeyPath>
-  private let openPaths: [AnyKeyPath?]
-  private let sortReverse: Bool
-  private let sortUniform: Bool
-  private let keyOrder: Bool
+  /// What the sort asks of a plan: the same for every query of a shape.
+  struct SortFacts {
+    let sortPaths: [AnyKeyPath?]
+    let fixed: Set<AnyKeyPath>
+    let openPaths: [AnyKeyPath?]
+    let sortReverse: Bool
+    let sortUniform: Bool
+    let keyOrder: Bool
+    let idOrdered: Bool
+
+    init(_ descriptor: FetchDescriptor<M>, analysis: Analysis) {
+      sortPaths = descriptor.sortBy.map { $0.keyPath }
+      // Sort keys the predicate fixes with `==` have one value in every
+      // result: they order nothing, so only the others ("open") must match
+      // an index, and they may go either way (`category == c`, sorted by
+      // category up and date down, is the (category, date) index read
+      // backwards). Ties follow the first open descriptor, as
+      // SortComparator orders them.
+      let fixed = analysis.fixedKeyPaths
+      self.fixed = fixed
+      let open = descriptor.sortBy.filter { $0.keyPath.map { !fixed.contains($0) } ?? true }
+      openPaths = open.map { $0.keyPath }
+      let sortReverse = SortComparator<M>.tiesReverse(descriptor.sortBy, fixed: fixed)
+      self.sortReverse = sortReverse
+      sortUniform = open.allSatisfy { ($0.order == .reverse) == sortReverse }
+      // Keys keep values in their type's `<` order (strings: by the Unicode
+      // scalars of their NFC form, which is how Swift compares them). A
+      // descriptor with a string comparator — `.localizedStandard`, the
+      // default for `SortDescriptor(\.title)` on Apple platforms, or any
+      // other — orders differently, so only the sort in memory can serve it.
+      keyOrder = descriptor.sortBy.allSatisfy { $0.stringComparator == nil }
+      // Sorted by id (or not sorted): the records keyspace is in id order.
+      idOrdered =
+        sortPaths.isEmpty
+        || (keyOrder && sortUniform
+          && (openPaths.isEmpty || (openPaths.count == 1 && openPaths[0].map { Planner.isID($0, M.self) } == true)))
+    }
+  }
+
+  /// The sort's facts: kept with a cached plan, as they depend only on
+  /// the query's shape.
+  let facts: SortFacts
+  private var sortPaths: [AnyKeyPath?] { facts.sortPaths }
+  private var fixed: Set<AnyKeyPath> { facts.fixed }
+  private var openPaths: [AnyKeyPath?] { facts.openPaths }
+  private var sortReverse: Bool { facts.sortReverse }
+  private var sortUniform: Bool { facts.sortUniform }
+  private var keyOrder: Bool { facts.keyOrder }
+  private var idOrdered: Bool { facts.idOrdered }
   private let total: Double
   private let limit: Double?
-  private let idOrdered: Bool
 
+  /// `facts`, when given, are those of an earlier query of the same shape;
+  /// `records` is the number of records, when known.
   init(
     _ descriptor: FetchDescriptor<M>, analysis: Analysis, space: ModelSpace<M>, built: Set<String>,
-    count: @escaping (String, KeyRange) -> Double?
+    count: @escaping (String, KeyRange) -> Double?, facts: SortFacts? = nil, records: Double? = nil
   ) {
     self.descriptor = descriptor
     self.analysis = analysis
     self.space = space
     self.built = built
     self.count = count
-    sortPaths = descriptor.sortBy.map { $0.keyPath }
-    // Sort keys the predicate fixes with `==` have one value in every result:
-    // they order nothing, so only the others ("open") must match an index,
-    // and they may go either way (`category == c`, sorted by category up and
-    // date down, is the (category, date) index read backwards). Ties follow
-    // the first open descriptor, as SortComparator orders them.
-    let fixed = analysis.fixedKeyPaths
-    self.fixed = fixed
-    let open = descriptor.sortBy.filter { $0.keyPath.map { !fixed.contains($0) } ?? true }
-    openPaths = open.map { $0.keyPath }
-    let sortReverse = SortComparator<M>.tiesReverse(descriptor.sortBy, fixed: fixed)
-    self.sortReverse = sortReverse
-    sortUniform = open.allSatisfy { ($0.order == .reverse) == sortReverse }
-    // Keys keep values in their type's `<` order (strings: by the Unicode
-    // scalars of their NFC form, which is how Swift compares them). A
-    // descriptor with a string comparator — `.localizedStandard`, the
-    // default for `SortDescriptor(\.title)` on Apple platforms, or any other —
-    // orders differently, so only the sort in memory can serve it.
-    keyOrder = descriptor.sortBy.allSatisfy { $0.stringComparator == nil }
-    total = max(1, count(space.records, .all) ?? 1_000_000)
+    self.facts = facts ?? SortFacts(descriptor, analysis: analysis)
+    total = max(1, records ?? count(space.records, .all) ?? 1_000_000)
     limit = descriptor.fetchLimit.map { Double($0 + (descriptor.fetchOffset ?? 0)) }
-    // Sorted by id (or not sorted): the records keyspace is in id order.
-    idOrdered =
-      sortPaths.isEmpty
-      || (keyOrder && sortUniform
-        && (openPaths.isEmpty || (openPaths.count == 1 && openPaths[0].map { Planner.isID($0, M.self) } == true)))
   }
 
   /// Whether reading `components` in order gives the sort: the open
