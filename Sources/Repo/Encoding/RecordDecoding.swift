@@ -20,7 +20,7 @@ struct RecordDecoder {
   static func decode<T: Decodable>(_ type: T.Type, from bytes: UnsafeRawBufferPointer) throws -> T {
     let d = RecordDecoder(bytes)
     guard let version = bytes.first else { throw d.corrupt("empty record", []) }
-    guard version == recordFormatVersion else { throw d.corrupt("unknown record format version \(version)", []) }
+    guard isRecordFormat(version) else { throw d.corrupt("unknown record format version \(version)", []) }
     // Offsets are kept in 32 bits (RecordValueDecoder).
     guard bytes.count <= UInt32.max else { throw d.corrupt("record of \(bytes.count) bytes is over 4 GiB", []) }
     return try d.decodeValue(type, at: 1, codingPath: [])
@@ -194,7 +194,16 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
   @inline(__always)
   private static func fieldCount(_ decoder: RecordDecoder, _ offset: Int, _ codingPath: [any CodingKey]) throws -> Int {
-    guard try decoder.tag(at: offset, codingPath) == RecordTag.keyed.rawValue else {
+    let tag = try decoder.tag(at: offset, codingPath)
+    // Entries are read in order: a tabled container's table is for readers
+    // that jump to one field (RecordField.entry).
+    if tag == RecordTag.tabled.rawValue || tag == RecordTag.tabledSmall.rawValue {
+      guard let header = decoder.raw.keyed(at: offset) else {
+        throw decoder.corrupt("keyed container's entry table runs past the record", codingPath)
+      }
+      return header.count
+    }
+    guard tag == RecordTag.keyed.rawValue else {
       throw decoder.mismatch([String: Any].self, decoder.bytes[offset], codingPath)
     }
     let count = Int(try decoder.fixed(UInt32.self, at: offset + 1, codingPath))
@@ -524,7 +533,9 @@ struct RecordBytes {
   }
 
   func mismatch(_ type: Any.Type, _ tag: UInt8, _ path: [any CodingKey]) -> DecodingError {
-    let found = RecordTag(rawValue: tag).map { "\($0)" } ?? "tag \(tag)"
+    let found =
+      tag == RecordTag.tabled.rawValue || tag == RecordTag.tabledSmall.rawValue
+      ? "keyed" : RecordTag(rawValue: tag).map { "\($0)" } ?? "tag \(tag)"
     return .typeMismatch(
       type, DecodingError.Context(codingPath: path, debugDescription: "expected \(type), found \(found)"))
   }
@@ -607,6 +618,12 @@ struct RecordBytes {
         offset = try skip(at: offset, path, depth: depth + 1)
       }
       return offset
+    case .tabled, .tabledSmall:
+      // Its table says where it ends; its entries are checked when read.
+      guard let header = keyed(at: start), let table = header.table else {
+        throw corrupt("keyed container's entry table runs past the record", path)
+      }
+      return table + header.width * header.count
     case .unkeyed:
       let count = Int(try fixed(UInt32.self, at: offset, path))
       offset += 4
@@ -639,9 +656,47 @@ struct RecordBytes {
     case RecordTag.string.rawValue, RecordTag.data.rawValue:
       guard o < b.count, b[o] < 0x80 else { return nil }
       end = o + 1 + Int(b[o])
+    case RecordTag.tabled.rawValue, RecordTag.tabledSmall.rawValue:
+      guard let header = keyed(at: offset), let table = header.table else { return nil }
+      end = table + header.width * header.count
     default: return nil
     }
     return end <= b.count ? end : nil
+  }
+
+  /// The keyed container at `offset`: how many entries it has (they start
+  /// at `offset + 5`) and, for a tabled one (0x0D, 0x0E), where its entry
+  /// table starts and how wide its offsets are. nil when the bytes there
+  /// are not a keyed container, or its table does not fit in the record.
+  @inline(__always)
+  func keyed(at offset: Int) -> (count: Int, table: Int?, width: Int)? {
+    let b = bytes
+    guard offset >= 0, offset + 5 <= b.count else { return nil }
+    let header = UInt32(littleEndian: b.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self))
+    let width: Int
+    switch b[offset] {
+    case RecordTag.keyed.rawValue: return (Int(header), nil, 0)
+    case RecordTag.tabled.rawValue: width = 2
+    case RecordTag.tabledSmall.rawValue: width = 1
+    default: return nil
+    }
+    let count = Int(header & 0xFFFF)
+    let table = offset + Int(header >> 16)
+    guard table >= offset + 5, table + width * count <= b.count else { return nil }
+    return (count, table, width)
+  }
+
+  /// Where entry `index` of the tabled container at `offset` starts, as
+  /// its table (at `table`, `width` bytes an offset) says; nil if that lies
+  /// outside the container's entries.
+  @inline(__always)
+  func tabledEntry(_ index: Int, container offset: Int, table: Int, width: Int) -> Int? {
+    let relative =
+      width == 1
+      ? Int(bytes[table + index])
+      : Int(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: table + 2 * index, as: UInt16.self)))
+    let at = offset + relative
+    return at >= offset + 5 && at < table ? at : nil
   }
 
   func int64(at offset: Int, _ path: [any CodingKey]) throws -> Int64 {

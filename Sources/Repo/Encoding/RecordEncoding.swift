@@ -22,10 +22,21 @@ enum RecordTag: UInt8 {
   case uuid = 0x0A  // 16 bytes
   case keyed = 0x0B  // u32 count, then count × (varint key length, key, value)
   case unkeyed = 0x0C  // u32 count, then count × value
+  /// A keyed container with an entry table (format 2): u16 count, u16 table
+  /// offset (from the tag), the entries as in 0x0B, then count × u16, each
+  /// entry's offset from the tag.
+  case tabled = 0x0D
+  /// The same with count × u8 offsets, for a container under 256 bytes.
+  case tabledSmall = 0x0E
 }
 
-/// The record format version (FORMAT.md §9.1); the first byte of every record.
-let recordFormatVersion: UInt8 = 1
+/// The record format version (FORMAT.md §9.2) every record is written
+/// with; the first byte of every record.
+let recordFormatVersion: UInt8 = 2
+
+/// Whether `version` is a record format this release reads: 1 (keyed
+/// containers without entry tables) or 2.
+@inline(__always) func isRecordFormat(_ version: UInt8) -> Bool { version == 1 || version == 2 }
 
 // MARK: Writing
 
@@ -111,6 +122,12 @@ struct ByteBuffer: ~Copyable {
     precondition(offset >= 0 && offset + 4 <= count)
     UnsafeMutableRawPointer(base + offset).storeBytes(of: value.littleEndian, as: UInt32.self)
   }
+
+  /// Overwrites the byte at `offset` (a container's tag).
+  mutating func patch(byte: UInt8, at offset: Int) {
+    precondition(offset >= 0 && offset < count)
+    base[offset] = byte
+  }
 }
 
 /// Encodes a Codable value into the record encoding.
@@ -118,6 +135,10 @@ final class RecordEncoder: PrimitiveWriter {
   // Not checked at run time: an encoder lives inside one encode call, on one
   // thread, and the checks cost a quarter of encoding.
   @exclusivity(unchecked) var buffer = ByteBuffer(capacity: 256)
+  /// Where each entry of the keyed containers still open starts, innermost
+  /// last: a container's entry table is written from its part when it
+  /// closes (``closeKeyed(countAt:count:startsFrom:)``).
+  @exclusivity(unchecked) var starts: [Int] = []
 
   static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
     try record { e, top in try e.encodeValue(value, codingPath: [], reusing: top) }
@@ -136,6 +157,7 @@ final class RecordEncoder: PrimitiveWriter {
     defer { pool.give(top) }
     let e = top.encoder
     e.buffer.reset()
+    e.starts.removeAll(keepingCapacity: true)
     e.buffer.byte(recordFormatVersion)
     try write(e, top)
     return e.buffer.array
@@ -245,6 +267,29 @@ final class RecordEncoder: PrimitiveWriter {
   func patchCount(_ count: Int, at offset: Int) {
     buffer.patch(UInt32(truncatingIfNeeded: count), at: offset)
   }
+
+  /// Closes the keyed container whose count is at `countAt`, whose entries
+  /// started at `starts[base...]`: appends their table and makes it a
+  /// tabled container (0x0E with byte offsets when its entries end within
+  /// 255 bytes, else 0x0D), so a reader finds entry `i` without stepping
+  /// over the ones before it. A container too large for 16-bit offsets (or
+  /// whose entries were not all recorded) stays a plain one (0x0B).
+  func closeKeyed(countAt: Int, count: Int, startsFrom base: Int) {
+    let tag = countAt - 1
+    let tableAt = buffer.count - tag
+    defer { starts.removeSubrange(base...) }
+    guard starts.count - base == count, count <= 0xFFFF, tableAt + 2 * count <= 0xFFFF else {
+      return patchCount(count, at: countAt)
+    }
+    if tableAt <= 0xFF {
+      for i in base..<starts.count { buffer.byte(UInt8(truncatingIfNeeded: starts[i] - tag)) }
+      buffer.patch(byte: RecordTag.tabledSmall.rawValue, at: tag)
+    } else {
+      for i in base..<starts.count { buffer.fixed(UInt16(truncatingIfNeeded: starts[i] - tag)) }
+      buffer.patch(byte: RecordTag.tabled.rawValue, at: tag)
+    }
+    buffer.patch(UInt32(count) | UInt32(tableAt) << 16, at: countAt)
+  }
 }
 
 /// The Encoder a value's `encode(to:)` sees. Its one container is written
@@ -257,6 +302,14 @@ final class RecordValueEncoder: Encoder {
   @exclusivity(unchecked) var countOffset: Int?
   @exclusivity(unchecked) var count = 0
   @exclusivity(unchecked) var wroteSingleValue = false
+  /// Whether the container is keyed, and where its entries' starts begin
+  /// in `encoder.starts`.
+  @exclusivity(unchecked) var keyed = false
+  @exclusivity(unchecked) var startsBase = 0
+  /// Whether the container gets an entry table when it closes: not a
+  /// container opened through `nestedContainer` or `superEncoder`, which
+  /// is patched after every entry and never told it is done.
+  let tabled: Bool
 
   /// Whether this encoder keeps the keyed container it hands out, to hand
   /// it out again for the next value (the reused top-level encoder does).
@@ -267,10 +320,18 @@ final class RecordValueEncoder: Encoder {
   @exclusivity(unchecked) private var kept: AnyObject?
   @exclusivity(unchecked) private var keptType: ObjectIdentifier?
 
-  init(encoder: RecordEncoder, codingPath: [any CodingKey], keepsContainers: Bool = false) {
+  init(encoder: RecordEncoder, codingPath: [any CodingKey], keepsContainers: Bool = false, tabled: Bool = true) {
     self.encoder = encoder
     self.codingPath = codingPath
     self.keepsContainers = keepsContainers
+    self.tabled = tabled
+  }
+
+  /// Opens this encoder's keyed container.
+  @inline(__always) func openKeyed() {
+    countOffset = encoder.openContainer(.keyed)
+    keyed = true
+    startsBase = encoder.starts.count
   }
 
   /// Forgets the kept container (and with it the cycle back to `self`).
@@ -284,10 +345,11 @@ final class RecordValueEncoder: Encoder {
     countOffset = nil
     count = 0
     wroteSingleValue = false
+    keyed = false
   }
 
   func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-    if countOffset == nil { countOffset = encoder.openContainer(.keyed) }
+    if countOffset == nil { openKeyed() }
     guard keepsContainers else { return KeyedEncodingContainer(KeyedRecordEncoder<Key>(parent: self)) }
     // A container keeps no state of its own (counts live here), so the one
     // made for the last record serves the next: no allocation and two
@@ -311,7 +373,11 @@ final class RecordValueEncoder: Encoder {
 
   func finish() {
     if let countOffset {
-      encoder.patchCount(count, at: countOffset)
+      if keyed && tabled {
+        encoder.closeKeyed(countAt: countOffset, count: count, startsFrom: startsBase)
+      } else {
+        encoder.patchCount(count, at: countOffset)
+      }
     } else if !wroteSingleValue {
       // A value that encoded nothing at all: an empty keyed container.
       encoder.patchCount(0, at: encoder.openContainer(.keyed))
@@ -339,6 +405,7 @@ struct KeyedRecordEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
   private func key(_ key: Key) {
     parent.count += 1
+    if parent.tabled { encoder.starts.append(encoder.buffer.count) }
     encoder.buffer.string(key.stringValue)
   }
 
@@ -377,7 +444,7 @@ struct KeyedRecordEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     -> KeyedEncodingContainer<NestedKey>
   {
     key(k)
-    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k])
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k], tabled: false)
     nested.countOffset = parent.encoder.openContainer(.keyed)
     // The nested container's count is patched as entries arrive.
     return KeyedEncodingContainer(PatchingKeyedEncoder<NestedKey>(inner: KeyedRecordEncoder<NestedKey>(parent: nested)))
@@ -394,7 +461,8 @@ struct KeyedRecordEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
   mutating func superEncoder(forKey k: Key) -> any Encoder {
     key(k)
-    return PatchingEncoder(inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k]))
+    return PatchingEncoder(
+      inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath + [k], tabled: false))
   }
 }
 
@@ -424,7 +492,7 @@ struct UnkeyedRecordEncoder: UnkeyedEncodingContainer {
     -> KeyedEncodingContainer<NestedKey>
   {
     parent.count += 1
-    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath)
+    let nested = RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath, tabled: false)
     nested.countOffset = parent.encoder.openContainer(.keyed)
     return KeyedEncodingContainer(PatchingKeyedEncoder<NestedKey>(inner: KeyedRecordEncoder<NestedKey>(parent: nested)))
   }
@@ -438,7 +506,7 @@ struct UnkeyedRecordEncoder: UnkeyedEncodingContainer {
 
   mutating func superEncoder() -> any Encoder {
     parent.count += 1
-    return PatchingEncoder(inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath))
+    return PatchingEncoder(inner: RecordValueEncoder(encoder: parent.encoder, codingPath: codingPath, tabled: false))
   }
 }
 

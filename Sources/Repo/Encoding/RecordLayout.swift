@@ -131,10 +131,8 @@ final class RecordLayout: @unchecked Sendable {
   /// caller then decodes it through `init(from:)`.
   func fill(_ bytes: UnsafeRawBufferPointer, into model: UnsafeMutableRawPointer) -> Bool {
     let raw = RecordBytes(bytes)
-    guard bytes.count >= 6, bytes[0] == recordFormatVersion, bytes[1] == RecordTag.keyed.rawValue else {
-      return false
-    }
-    let entries = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
+    // Entries are read in order; a tabled container's table is not needed.
+    guard bytes.count >= 6, isRecordFormat(bytes[0]), let entries = raw.keyed(at: 1)?.count else { return false }
     var o = 6
     var filled: UInt64 = 0
     var expected = 0
@@ -297,6 +295,7 @@ final class RecordLayout: @unchecked Sendable {
   func write(_ model: UnsafeRawPointer, into e: RecordEncoder) {
     guard let order = writeOrder else { preconditionFailure("write on a layout without a proven writer") }
     let countAt = e.openContainer(.keyed)
+    let base = e.starts.count
     var n = 0
     for i in order {
       let f = fields[i]
@@ -341,11 +340,12 @@ final class RecordLayout: @unchecked Sendable {
       case .uuid: e.write(uuid: value(UUID.self))
       }
     }
-    e.patchCount(n, at: countAt)
+    e.closeKeyed(countAt: countAt, count: n, startsFrom: base)
   }
 
   @inline(__always) private func name(_ i: Int, _ e: RecordEncoder) {
     let f = fields[i]
+    e.starts.append(e.buffer.count)
     e.buffer.varint(UInt64(f.nameCount))
     e.buffer.append(UnsafeRawBufferPointer(start: names.baseAddress! + f.nameStart, count: f.nameCount))
   }
@@ -638,9 +638,8 @@ final class LayoutProofs: @unchecked Sendable {
   /// a well-formed keyed container with nothing after it.
   private static func entryNames(_ record: [UInt8]) -> [String]? {
     record.withUnsafeBytes { b -> [String]? in
-      guard b.count >= 6, b[1] == RecordTag.keyed.rawValue else { return nil }
       let r = RecordBytes(b)
-      let entries = Int(UInt32(littleEndian: b.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
+      guard b.count >= 6, let (entries, table, width) = r.keyed(at: 1) else { return nil }
       var names: [String] = []
       var o = 6
       for _ in 0..<entries {
@@ -648,7 +647,9 @@ final class LayoutProofs: @unchecked Sendable {
         names.append(String(decoding: UnsafeRawBufferPointer(rebasing: b[name]), as: UTF8.self))
         o = next
       }
-      return o == b.count ? names : nil
+      // Nothing after the entries but the table, if there is one.
+      let end = table.map { $0 + width * entries } ?? o
+      return o == (table ?? b.count) && end == b.count ? names : nil
     }
   }
 }

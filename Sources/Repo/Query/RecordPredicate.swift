@@ -27,7 +27,7 @@ enum ByteValue {
 extension RecordField {
   /// The field's value in `record`.
   func read(_ record: UnsafeRawBufferPointer) -> ByteValue {
-    guard record.count > 1, record[0] == recordFormatVersion else { return .undecided }
+    guard record.count > 1, isRecordFormat(record[0]) else { return .undecided }
     let at = position
     let depth = at.depth
     var offset = 1
@@ -56,9 +56,9 @@ extension RecordField {
     _ name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int,
     position: FieldPosition, level: Int
   ) -> Int? {
-    let end = record.count
-    guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
-    let count = Int(UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self)))
+    guard let (count, table, _) = RecordBytes(record).keyed(at: offset) else { return nil }
+    // The entries end where a tabled container's table begins.
+    let end = table ?? record.count
     let n = name.count
     var o = offset + 5
     for i in 0..<count {
@@ -95,25 +95,33 @@ extension RecordField {
   /// search by name settles those).
   ///
   /// Records of a model are written with their fields in one order, so a
-  /// field is first looked for at the entry where it was last found: the
-  /// entries before it are stepped over without comparing their names, and
-  /// only that entry's name is compared. A record that differs (another
-  /// version of the model, a custom encoder) is searched by name.
+  /// field is first looked for at the entry where it was last found. In a
+  /// tabled container (format 2) the table says where that entry starts;
+  /// in a plain one (format 1) the entries before it are stepped over
+  /// without comparing their names. Either way only that entry's name is
+  /// compared. A record that differs (another version of the model, a
+  /// custom encoder) is searched by name.
   @inline(__always)
   static func entry(
     _ index: Int, named name: UnsafeRawBufferPointer, in record: UnsafeRawBufferPointer, container offset: Int
   ) -> Int? {
-    let end = record.count
-    guard offset + 5 <= end, record[offset] == RecordTag.keyed.rawValue else { return nil }
-    let count = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: offset + 1, as: UInt32.self))
-    guard index < Int(count) else { return nil }
     let r = RecordBytes(record)
-    var o = offset + 5
-    for _ in 0..<index {
-      guard o < end else { return nil }
-      let length = Int(record[o])
-      guard length < 0x80, let next = r.quickSkip(at: o + 1 + length) else { return nil }
-      o = next
+    guard let (count, table, width) = r.keyed(at: offset), index < count else { return nil }
+    var o: Int
+    let end: Int
+    if let table {
+      guard let at = r.tabledEntry(index, container: offset, table: table, width: width) else { return nil }
+      o = at
+      end = table
+    } else {
+      end = record.count
+      o = offset + 5
+      for _ in 0..<index {
+        guard o < end else { return nil }
+        let length = Int(record[o])
+        guard length < 0x80, let next = r.quickSkip(at: o + 1 + length) else { return nil }
+        o = next
+      }
     }
     let n = name.count
     guard o < end, Int(record[o]) == n, o + 1 + n <= end else { return nil }
