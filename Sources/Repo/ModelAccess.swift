@@ -370,6 +370,28 @@ where M.ID: Codable & Hashable & Sendable {
     return n
   }
 
+  /// Whether any record matches, decoding none where the plan's key range
+  /// or the byte-level filter can tell: it stops at the first match.
+  func exists(_ predicate: Predicate<M>?, _ reader: some KeyValueReader, built: Set<String>) throws -> Bool {
+    if predicate == nil { return try count(reader) > 0 }
+    let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(reader))
+    if plan.exact {
+      switch plan.access {
+      case .id(let k): return try reader.get(k, in: space.records) != nil
+      case .records(let r, _): return try reader.count(in: space.records, range: r) > 0
+      case .index(let i, let r, _): return try reader.count(in: i.keyspace, range: r) > 0
+      case .union: break
+      }
+    }
+    let matches = filter(predicate, exact: plan.exact, reader)
+    var found = false
+    try scan(plan, reader) { key, bytes, _ in
+      found = try isMatch(matches, key, bytes)
+      return !found
+    }
+    return found
+  }
+
   // MARK: Writing
 
   func insert(_ model: M, _ tx: WriteTransaction) throws {

@@ -181,9 +181,7 @@ where Model.ID: Codable & Hashable & Sendable {
   }
   /// Whether any record matches.
   public func exists(matching predicate: Predicate<Model>? = nil) throws -> Bool {
-    var d = FetchDescriptor<Model>(predicate: predicate)
-    d.fetchLimit = 1
-    return try !fetch(d).isEmpty
+    try access.exists(predicate, transaction, built: built)
   }
 }
 
@@ -218,9 +216,7 @@ where Model.ID: Codable & Hashable & Sendable {
   }
   /// Whether any record matches.
   public func exists(matching predicate: Predicate<Model>? = nil) throws -> Bool {
-    var d = FetchDescriptor<Model>(predicate: predicate)
-    d.fetchLimit = 1
-    return try !fetch(d).isEmpty
+    try access.exists(predicate, snapshot, built: try built())
   }
   /// How `descriptor` would run.
   public func explain(_ descriptor: FetchDescriptor<Model>) throws -> String {

@@ -446,6 +446,20 @@ struct WideGenerator<R: WideModel> {
     let first = store.recordsDecoded
     #expect(try await repo.fetchOne(one)?.id == want.first?.id)
     #expect(store.recordsDecoded - first == 1)
+
+    // exists, found or not, on the bytes, by id, or in a transaction:
+    // it answers without decoding a record.
+    let before2 = store.recordsDecoded
+    #expect(try await repo.exists(matching: #Predicate { $0.u < 2 }) == !want.isEmpty)
+    #expect(try await repo.exists(matching: #Predicate { $0.id == 500 }))
+    #expect(try await repo.exists(matching: #Predicate { $0.id == 5_000 }) == false)
+    #expect(try await repo.exists())
+    let inside = try await store.write { tx in
+      let r = try tx.repository(Wide.self)
+      return (try r.exists(matching: #Predicate { $0.u < 2 }), try r.exists(matching: #Predicate { $0.u == 999 }))
+    }
+    #expect(inside == (!want.isEmpty, false))
+    #expect(store.recordsDecoded == before2, "exists decoded records")
   }
 
   @Test func enumsWithoutAllCasesAreProvenFromRecordsOrConstants() async throws {
