@@ -162,6 +162,11 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
   private(set) var codingPath: [any CodingKey]
   private var first: Int  // offset of the first entry
   private var count: Int
+  /// A tabled container's table (0 for a plain one) and its offsets' width:
+  /// its entries are where the table says (FORMAT.md §9.2).
+  private var table = 0
+  private var width = 0
+  private var container = 0
   // Not checked at run time: a container lives inside one decode call.
   @exclusivity(unchecked) private var cursor: Int  // offset of the entry `index`
   @exclusivity(unchecked) private var index = 0
@@ -174,47 +179,69 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
   init(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
     self.decoder = decoder
     self.codingPath = codingPath
-    count = try Self.fieldCount(decoder, offset, codingPath)
+    (count, table, width) = try Self.header(decoder, offset, codingPath)
+    container = offset
     first = offset + 5
     cursor = first
+    if table != 0 && count > 0 { cursor = try entryStart(0) }
   }
 
   /// Moves this container to the keyed container at `offset` of another
   /// record, as if it were new.
   @inline(__always)
   func reset(decoder: RecordDecoder, offset: Int, codingPath: [any CodingKey]) throws {
-    count = try Self.fieldCount(decoder, offset, codingPath)
+    (count, table, width) = try Self.header(decoder, offset, codingPath)
     self.decoder = decoder
     self.codingPath = codingPath
+    container = offset
     first = offset + 5
     cursor = first
     index = 0
     known = 0
+    if table != 0 && count > 0 { cursor = try entryStart(0) }
   }
 
+  /// The container's entry count, and its table and offset width (0, 0 for
+  /// a plain container).
   @inline(__always)
-  private static func fieldCount(_ decoder: RecordDecoder, _ offset: Int, _ codingPath: [any CodingKey]) throws -> Int {
+  private static func header(_ decoder: RecordDecoder, _ offset: Int, _ codingPath: [any CodingKey]) throws -> (
+    Int, Int, Int
+  ) {
     let tag = try decoder.tag(at: offset, codingPath)
-    // Entries are read in order: a tabled container's table is for readers
-    // that jump to one field (RecordField.entry).
     if tag == RecordTag.tabled.rawValue || tag == RecordTag.tabledSmall.rawValue {
-      guard let header = decoder.raw.keyed(at: offset) else {
+      guard let header = decoder.raw.keyed(at: offset), let table = header.table else {
         throw decoder.corrupt("keyed container's entry table runs past the record", codingPath)
       }
-      return header.count
+      return (header.count, table, header.width)
     }
     guard tag == RecordTag.keyed.rawValue else {
       throw decoder.mismatch([String: Any].self, decoder.bytes[offset], codingPath)
     }
     let count = Int(try decoder.fixed(UInt32.self, at: offset + 1, codingPath))
     guard count <= decoder.bytes.count else { throw decoder.corrupt("implausible field count \(count)", codingPath) }
-    return count
+    return (count, 0, 0)
+  }
+
+  /// Where entry `i` of a tabled container starts, as its table says.
+  @inline(__always) private func entryStart(_ i: Int) throws -> Int {
+    guard let at = decoder.raw.tabledEntry(i, container: container, table: table, width: width) else {
+      throw decoder.corrupt("keyed container's entry table points outside its entries", codingPath)
+    }
+    return at
+  }
+
+  /// Where the entry after entry `i` (whose value is at `value`) starts:
+  /// the table's word in a tabled container, else past the value.
+  @inline(__always) private func next(after i: Int, value: Int) throws -> Int {
+    if table != 0 { return i + 1 < count ? try entryStart(i + 1) : table }
+    return try decoder.raw.quickSkip(at: value) ?? decoder.skip(at: value, codingPath)
   }
 
   var allKeys: [Key] {
     var keys: [Key] = []
     var o = first
-    for _ in 0..<count {
+    for i in 0..<count {
+      if table != 0 { guard let at = try? entryStart(i) else { break }; o = at }
       guard let r = try? decoder.run(at: &o, codingPath), let next = try? decoder.skip(at: o, codingPath) else { break }
       let name = String(decoding: UnsafeRawBufferPointer(rebasing: decoder.bytes[r]), as: UTF8.self)
       if let k = Key(stringValue: name) { keys.append(k) }
@@ -242,37 +269,45 @@ final class KeyedRecordDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     return try name.withUTF8 { utf8 -> Int? in
       // 0. The next field in order, with a name under 128 bytes (one length
       //    byte) and a value `quickSkip` can step over: almost every field.
-      if index < count, let value = quickMatch(at: cursor, named: utf8), let next = decoder.raw.quickSkip(at: value) {
+      if index < count, let value = quickMatch(at: cursor, named: utf8),
+        let next = table != 0 ? try next(after: index, value: value) : decoder.raw.quickSkip(at: value)
+      {
         remember(index, cursor)
         cursor = next
         index += 1
         return value
       }
-      // 1. The next field in order, the careful way.
+      // 1. The next field in order, the careful way (a tabled container's
+      //    next entry is where its table says).
       if index < count {
         let (same, value) = try entry(at: cursor, named: utf8)
         if same {
           remember(index, cursor)
-          let next = try decoder.skip(at: value, codingPath)
-          cursor = next
+          cursor = try next(after: index, value: value)
           index += 1
           return value
         }
       }
       // 2. Anywhere else (a field missing, like a nil optional, or asked
       //    for out of order): search from the start, jumping over the
-      //    entries whose starts are remembered instead of parsing them.
+      //    entries whose starts are remembered (or in the table) instead of
+      //    parsing them.
       var o = first
       for i in 0..<count {
-        if i < known { o = start(i) } else { remember(i, o) }
+        if table != 0 {
+          o = try entryStart(i)
+        } else if i < known {
+          o = start(i)
+        } else {
+          remember(i, o)
+        }
         let (same, value) = try entry(at: o, named: utf8)
-        let next = i + 1 < known ? start(i + 1) : try decoder.skip(at: value, codingPath)
         if same {
-          cursor = next
+          cursor = try next(after: i, value: value)
           index = i + 1
           return value
         }
-        o = next
+        if table == 0 { o = i + 1 < known ? start(i + 1) : try decoder.skip(at: value, codingPath) }
       }
       return nil
     }

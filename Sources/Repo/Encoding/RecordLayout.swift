@@ -131,12 +131,21 @@ final class RecordLayout: @unchecked Sendable {
   /// caller then decodes it through `init(from:)`.
   func fill(_ bytes: UnsafeRawBufferPointer, into model: UnsafeMutableRawPointer) -> Bool {
     let raw = RecordBytes(bytes)
-    // Entries are read in order; a tabled container's table is not needed.
-    guard bytes.count >= 6, isRecordFormat(bytes[0]), let entries = raw.keyed(at: 1)?.count else { return false }
+    guard bytes.count >= 6, isRecordFormat(bytes[0]), let (entries, table, width) = raw.keyed(at: 1) else {
+      return false
+    }
     var o = 6
     var filled: UInt64 = 0
     var expected = 0
-    for _ in 0..<entries {
+    for k in 0..<entries {
+      // A tabled container's entries are where its table says, as
+      // init(from:) reads them.
+      if let table {
+        guard let at = raw.tabledEntry(k, container: 1, table: table, width: width) else {
+          return undo(filled, model)
+        }
+        o = at
+      }
       guard let name = nameRange(raw, &o) else { return undo(filled, model) }
       // Fields are almost always in declaration order: try the next one first.
       var i = expected < count && matches(expected, bytes, name) ? expected : -1
