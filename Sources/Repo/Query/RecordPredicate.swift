@@ -420,15 +420,34 @@ func byteLocalizedContains(_ haystack: ByteValue, _ needle: ByteValue) -> Bool? 
   if n.count == 0 { return false }
   if n.count > h.count { return false }
   @inline(__always) func lower(_ c: UInt8) -> UInt8 { c &- 0x41 < 26 ? c | 0x20 : c }
+  @inline(__always) func matches(at i: Int) -> Bool {
+    var j = 1
+    while j < n.count && lower(h[i + j]) == lower(n[j]) { j += 1 }
+    return j == n.count
+  }
+  // Candidates for the first byte, eight at a time: a letter matches
+  // either case (a byte ORed with 0x20 equals the lowercase letter exactly
+  // when it is that letter in either case), anything else only itself.
   let first = lower(n[0])
-  var i = 0
+  let fold: UInt64 = first &- 0x61 < 26 ? 0x2020_2020_2020_2020 : 0
+  let pattern = UInt64(first) &* 0x0101_0101_0101_0101
   let last = h.count - n.count
-  while i <= last {
-    if lower(h[i]) == first {
-      var j = 1
-      while j < n.count && lower(h[i + j]) == lower(n[j]) { j += 1 }
-      if j == n.count { return true }
+  var i = 0
+  while i + 8 <= last + 1 {
+    // Zero bytes of x are candidates. The borrow trick flags every one
+    // (every byte here is ASCII, under 0x80), and may flag a byte just
+    // above one: each flagged byte is checked again.
+    let x = (h.loadUnaligned(fromByteOffset: i, as: UInt64.self) | fold) ^ pattern
+    var found = (x &- 0x0101_0101_0101_0101) & ~x & 0x8080_8080_8080_8080
+    while found != 0 {
+      let k = i + found.trailingZeroBitCount / 8
+      if lower(h[k]) == first && matches(at: k) { return true }
+      found &= found &- 1
     }
+    i += 8
+  }
+  while i <= last {
+    if lower(h[i]) == first && matches(at: i) { return true }
     i += 1
   }
   return false
