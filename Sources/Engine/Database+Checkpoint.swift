@@ -157,7 +157,8 @@ struct CheckpointWriter {
   let target: NodeStore
   /// The file disk nodes are copied from, when compacting.
   let source: NodeStore?
-  let compress: Bool
+  /// Compresses nodes and large values; nil when the store does not.
+  let compressor: Compressor?
   /// Where the next block lands.
   private(set) var position: UInt64
   private let start: UInt64
@@ -168,7 +169,7 @@ struct CheckpointWriter {
   init(target: NodeStore, copyingFrom source: NodeStore? = nil, start: UInt64, compress: Bool) {
     self.target = target
     self.source = source
-    self.compress = compress
+    self.compressor = compress ? Compressor() : nil
     self.position = start
     self.start = start
     self.bufferStart = start
@@ -235,7 +236,7 @@ struct CheckpointWriter {
   private mutating func append(_ kind: BlockKind, _ payload: [UInt8]) throws -> DiskRef {
     let offset = position
     let before = buffer.count
-    BlockFraming.frame(kind: kind, payload: payload, at: offset, compress: compress, into: &buffer)
+    BlockFraming.frame(kind: kind, payload: payload, at: offset, compressor: compressor, into: &buffer)
     let length = buffer.count - before
     position += UInt64(length)
     if buffer.count >= Self.flushSize { try flush() }
@@ -270,7 +271,7 @@ struct CheckpointWriter {
     let offset = position
     let record = CommitRecord(sequence: sequence, previous: previous, timestamp: currentMilliseconds(), roots: roots)
     let block = BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compress: false)
+      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset)
     try target.file.write(block, at: offset)
     counters.dataBytesWritten.add(block.count)
     try target.file.sync()

@@ -275,7 +275,7 @@ enum Recovery {
     let commitOffset = BlockOffset(UInt64(bytes.count))
     let record = CommitRecord(sequence: .zero, previous: .none, timestamp: currentMilliseconds(), roots: [])
     BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: commitOffset.rawValue, compress: false,
+      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: commitOffset.rawValue, compressor: nil,
       into: &bytes)
     try data.truncate(to: 0)
     try data.write(bytes, at: 0)

@@ -32,7 +32,7 @@ struct CraftedStore {
   @discardableResult
   mutating func block(_ kind: BlockKind, _ payload: [UInt8]) -> DiskRef {
     let offset = UInt64(data.count)
-    BlockFraming.frame(kind: kind, payload: payload, at: offset, compress: false, into: &data)
+    BlockFraming.frame(kind: kind, payload: payload, at: offset, compressor: nil, into: &data)
     let length = UInt32(data.count - Int(offset))
     return DiskRef(offset: BlockOffset(offset), length: length, subtreeBytes: UInt64(length))
   }
@@ -44,7 +44,7 @@ struct CraftedStore {
     let record = CommitRecord(
       sequence: CommitSequence(sequence), previous: BlockOffset(previous ?? lastCommit), timestamp: 0, roots: roots)
     BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compress: false, into: &data)
+      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compressor: nil, into: &data)
     lastCommit = offset
   }
 

@@ -17,31 +17,46 @@ enum BlockFraming {
     var checksum: UInt64
   }
 
-  /// Frames `payload` as a block to be written at `offset`, compressing it
-  /// when allowed and worth it. Returns the bytes to write.
-  static func frame(kind: BlockKind, payload: [UInt8], at offset: UInt64, compress: Bool) -> [UInt8] {
+  /// Frames `payload` as a block to be written at `offset`, uncompressed.
+  /// Returns the bytes to write.
+  static func frame(kind: BlockKind, payload: [UInt8], at offset: UInt64) -> [UInt8] {
     var out: [UInt8] = []
-    frame(kind: kind, payload: payload, at: offset, compress: compress, into: &out)
+    frame(kind: kind, payload: payload, at: offset, compressor: nil, into: &out)
     return out
   }
 
-  /// Appends the framed block to `out`. `offset` is where `out`'s current end will land.
-  static func frame(kind: BlockKind, payload: [UInt8], at offset: UInt64, compress: Bool, into out: inout [UInt8]) {
-    let compressed = compress ? Compression.compress(payload) : nil
-    let stored = compressed ?? payload
+  /// Appends the framed block to `out`, compressed by `compressor` when one
+  /// is given and compression is worth it. `offset` is where `out`'s current
+  /// end will land.
+  static func frame(
+    kind: BlockKind, payload: [UInt8], at offset: UInt64, compressor: Compressor?, into out: inout [UInt8]
+  ) {
     let start = out.count
+    let appended =
+      compressor?.compress(payload) { stored -> Bool in
+        appendHeader(kind: kind, compressed: true, stored: stored.count, raw: payload.count, to: &out)
+        out.append(contentsOf: stored)
+        return true
+      } ?? false
+    if !appended {
+      appendHeader(kind: kind, compressed: false, stored: payload.count, raw: payload.count, to: &out)
+      out.append(contentsOf: payload)
+    }
+    let sum = Checksum.xxh3(out, (start + BlockLayout.kind)..<out.count, seed: offset)
+    out.withUnsafeMutableBytes { $0.storeBytes(of: sum.littleEndian, toByteOffset: start, as: UInt64.self) }
+  }
+
+  /// The 24-byte header with a zero checksum, filled in once the payload follows.
+  private static func appendHeader(kind: BlockKind, compressed: Bool, stored: Int, raw: Int, to out: inout [UInt8]) {
     var header = ByteWriter(capacity: BlockLayout.header)
     header.u64(0)
     header.u8(kind.rawValue)
-    header.u8(compressed != nil ? BlockLayout.flagCompressed : 0)
+    header.u8(compressed ? BlockLayout.flagCompressed : 0)
     header.u16(0)
-    header.u32(UInt32(stored.count))
-    header.u32(UInt32(payload.count))
+    header.u32(UInt32(stored))
+    header.u32(UInt32(raw))
     header.u32(0)
     out.append(contentsOf: header.bytes)
-    out.append(contentsOf: stored)
-    let sum = Checksum.xxh3(out, (start + BlockLayout.kind)..<out.count, seed: offset)
-    out.withUnsafeMutableBytes { $0.storeBytes(of: sum.littleEndian, toByteOffset: start, as: UInt64.self) }
   }
 
   /// Parses the header of a block whose first bytes are `bytes[0...]`.
