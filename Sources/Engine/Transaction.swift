@@ -104,6 +104,22 @@ public final class WriteTransaction: KeyValueReader {
     }
   }
 
+  /// The bytes of the WAL record this transaction would commit so far, or
+  /// nil once it has outgrown one and will commit by checkpoint.
+  public var loggedBytes: Int? { log?.size }
+
+  /// A hint that this transaction will log about `bytes` more: when that
+  /// and what it holds pass what one WAL record may carry, it stops
+  /// building its record now, not once it gets there, and commits by
+  /// checkpoint as it would have. A batch that knows its size (a
+  /// repository's `insert(contentsOf:)`) saves copying its writes into a
+  /// record that would be thrown away. A wrong guess costs only speed: a
+  /// transaction committed by checkpoint is as durable as one logged.
+  public func expectWrites(bytes: Int) {
+    guard let log, bytes > database.largeTransactionBytes - log.size else { return }
+    self.log = nil
+  }
+
   private func record(_ op: WALOperation) {
     guard log != nil else { return }
     log!.append(op)

@@ -138,7 +138,19 @@ where Model.ID: Codable & Hashable & Sendable {
   /// Stores a new record. Throws `RepoError.Code.duplicateID` if the id exists.
   public func insert(_ model: Model) throws { try access.insert(model, transaction) }
   /// Stores new records.
-  public func insert(contentsOf models: [Model]) throws { for m in models { try access.insert(m, transaction) } }
+  public func insert(contentsOf models: [Model]) throws {
+    guard let first = models.first else { return }
+    // What the first model logged tells the transaction how much the batch
+    // will: one too big for a WAL record is committed by checkpoint without
+    // being copied into a record first.
+    let before = transaction.loggedBytes
+    try access.insert(first, transaction)
+    if let before, let after = transaction.loggedBytes {
+      let (total, overflow) = (after - before).multipliedReportingOverflow(by: models.count - 1)
+      transaction.expectWrites(bytes: overflow ? .max : total)
+    }
+    for m in models.dropFirst() { try access.insert(m, transaction) }
+  }
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, transaction) }
   /// The records a descriptor selects.

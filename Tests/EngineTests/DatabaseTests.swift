@@ -94,6 +94,42 @@ import Testing
     try db.close()
   }
 
+  /// `expectWrites` past what a WAL record may carry commits by checkpoint
+  /// at once; a small one changes nothing. Either way the writes are there
+  /// after a reopen.
+  @Test func aLargeExpectedWriteCommitsByCheckpoint() throws {
+    let fs = MemoryFileSystem()
+    do {
+      let db = try Database.open(at: "/s", options: memoryOptions(fs))
+      let before = db.statistics
+      try db.write { tx in
+        try tx.put(b("a"), b("1"), in: "ks")
+        let logged = try #require(tx.loggedBytes)
+        tx.expectWrites(bytes: 1_000)
+        #expect(tx.loggedBytes == logged)
+      }
+      let small = db.statistics.since(before)
+      #expect(small.checkpoints == 0)
+      #expect(small.walBytesWritten > 0)
+
+      let middle = db.statistics
+      try db.write { tx in
+        try tx.put(b("b"), b("2"), in: "ks")
+        tx.expectWrites(bytes: 64 << 20)
+        #expect(tx.loggedBytes == nil)
+        try tx.put(b("c"), b("3"), in: "ks")
+      }
+      let large = db.statistics.since(middle)
+      #expect(large.checkpoints == 1)
+      #expect(large.walBytesWritten == 0)
+      #expect(try db.read { try $0.get(b("c"), in: "ks") } == b("3"))
+      try db.close()
+    }
+    let db = try Database.open(at: "/s", options: memoryOptions(fs))
+    #expect(try db.read { tx in try ["a", "b", "c"].map { try tx.get(b($0), in: "ks") } } == [b("1"), b("2"), b("3")])
+    try db.close()
+  }
+
   @Test func aThrowingClosureRollsEverythingBack() throws {
     struct Boom: Error {}
     let db = try Database.inMemory()

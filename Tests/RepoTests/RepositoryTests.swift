@@ -26,6 +26,38 @@ import Testing
     await #expect { try await users.update(b) } throws: { ($0 as? RepoError)?.code == .uniqueViolation }
   }
 
+  /// A batch whose first model shows it will not fit a WAL record is
+  /// committed by checkpoint without being logged; a small one is logged.
+  /// Both read back whole, through the records and the index.
+  @Test func aLargeBatchInsertCommitsByCheckpoint() async throws {
+    let temp = TempFolder()
+    var options = Options()
+    options.checkpointThreshold = 4 << 20  // a WAL record may carry 1 MiB
+    let store = try Store.open(at: temp.path, options: options)
+    let posts = store.repository(Post.self)
+    let body = String(repeating: "b", count: 400)
+    let before = store.database.statistics
+    try await posts.insert(contentsOf: (0..<10).map { Post(id: $0, title: "small", body: body, publishedAt: day($0)) })
+    let small = store.database.statistics.since(before)
+    #expect(small.checkpoints == 0 && small.walBytesWritten > 0)
+
+    let middle = store.database.statistics
+    let batch = (10..<4_010).map { Post(id: $0, title: "large", body: body, publishedAt: day($0)) }
+    try await posts.insert(contentsOf: batch)
+    let large = store.database.statistics.since(middle)
+    #expect(large.checkpoints == 1)
+    #expect(large.walBytesWritten == 0)
+    #expect(try await posts.count() == 4_010)
+    #expect(try await posts.get(2_345) == batch[2_335])
+    let cut = day(4_000)
+    let late = try await posts.fetch(FetchDescriptor(predicate: #Predicate { $0.publishedAt >= cut }))
+    #expect(late.map(\.id) == Array(4_000..<4_010))
+    try store.close()
+    let again = try Store.open(at: temp.path, options: options)
+    #expect(try await again.repository(Post.self).count() == 4_010)
+    try again.close()
+  }
+
   /// A plain index before a unique one: a refused insert has already
   /// written the first index's entry when the second refuses.
   struct Badge: Codable, Sendable, Identifiable, Equatable, IndexedModel {
