@@ -51,8 +51,11 @@ public struct Index<Model>: @unchecked Sendable {
   /// The indexed key paths, in order (a compound index sorts by the first,
   /// then the second, …).
   public let keyPaths: [AnyKeyPath]
-  /// Encodes the indexed value of a model.
-  let encode: (Model) throws -> [UInt8]
+  /// Appends the indexed value of the model the pointer points to.
+  let write: (UnsafeRawPointer, KeyEncoder) throws -> Void
+  /// Where each part is stored, when every part is a stored property of a
+  /// primitive type: the write path then reads them with no closure call.
+  let storedParts: [StoredPart]?
   /// Encodes a constant compared with component `i`, or nil if it is of another type.
   let encodeComponent: [(Any) throws -> [UInt8]?]
 
@@ -91,24 +94,32 @@ public struct Index<Model>: @unchecked Sendable {
     // One encoder for every part: the key is built in one array. The parts
     // are composed once, here: iterating `parts` per record would look up
     // the metadata of `Component` (generic over Model) each time.
-    let write: (Model, KeyEncoder) throws -> Void = parts.dropFirst().reduce(parts[0].encode) { first, part in
+    self.write = parts.dropFirst().reduce(parts[0].encode) { first, part in
       let next = part.encode
       return { model, e in
         try first(model, e)
         try next(model, e)
       }
     }
-    self.encode = { model in
+    self.encodeComponent = parts.map(\.encodeConstant)
+    let stored = parts.compactMap(\.stored)
+    self.storedParts = stored.count == parts.count ? stored : nil
+  }
+
+  /// Encodes the indexed value of a model.
+  func encode(_ model: Model) throws -> [UInt8] {
+    try withUnsafePointer(to: model) { p in
       let e = KeyEncoder()
-      try write(model, e)
+      try write(UnsafeRawPointer(p), e)
       return e.bytes
     }
-    self.encodeComponent = parts.map(\.encodeConstant)
   }
 
   private struct Component {
-    /// Appends the part's encoding to the encoder.
-    var encode: (Model, KeyEncoder) throws -> Void
+    /// Appends the part's encoding, read from the model the pointer points to.
+    var encode: (UnsafeRawPointer, KeyEncoder) throws -> Void
+    /// The part as a stored primitive, if it is one.
+    var stored: StoredPart?
     var encodeConstant: (Any) throws -> [UInt8]?
   }
 
@@ -120,22 +131,31 @@ public struct Index<Model>: @unchecked Sendable {
     // instructions: a third of an insert's index work. Anything else reads
     // through the key path.
     let offset = MemoryLayout<Model>.offset(of: keyPath)
-    func typed<T>(_: T.Type, _ write: @escaping (KeyEncoder, T) -> Void) -> ((Model, KeyEncoder) -> Void)? {
+    func typed<T>(_: T.Type, _ write: @escaping (KeyEncoder, T) -> Void) -> ((UnsafeRawPointer, KeyEncoder) -> Void)? {
       guard V.self == T.self else { return nil }
       if let offset {
-        return { model, e in write(e, withUnsafeBytes(of: model) { $0.load(fromByteOffset: offset, as: T.self) }) }
+        return { model, e in write(e, model.load(fromByteOffset: offset, as: T.self)) }
       }
       // Safe: V is T, checked above.
       let kp = unsafeDowncast(keyPath, to: KeyPath<Model, T>.self)
-      return { model, e in write(e, model[keyPath: kp]) }
+      return { model, e in write(e, model.assumingMemoryBound(to: Model.self).pointee[keyPath: kp]) }
     }
-    let encode: (Model, KeyEncoder) throws -> Void =
+    let encode: (UnsafeRawPointer, KeyEncoder) throws -> Void =
       typed(Int.self, { $0.write(int: Int64($1)) }) ?? typed(Date.self, { $0.write(date: $1) })
       ?? typed(String.self, { $0.write(string: $1) }) ?? typed(Double.self, { $0.write(double: $1) })
       ?? typed(Bool.self, { $0.write(bool: $1) }) ?? typed(UUID.self, { $0.write(uuid: $1) })
-      ?? { model, e in try e.encode(model[keyPath: keyPath]) }
+      ?? { model, e in try e.encode(model.assumingMemoryBound(to: Model.self).pointee[keyPath: keyPath]) }
+    var stored: StoredPart?
+    if let offset {
+      let kinds: [(Any.Type, StoredPart.Kind)] = [
+        (Int.self, .int), (Date.self, .date), (String.self, .string), (Double.self, .double), (Bool.self, .bool),
+        (UUID.self, .uuid),
+      ]
+      stored = kinds.first { $0.0 == V.self }.map { StoredPart(kind: $0.1, offset: offset) }
+    }
     return Component(
       encode: encode,
+      stored: stored,
       encodeConstant: { value in
         guard let v = value as? V else { return nil }
         return try KeyEncoding.encode(v)
@@ -147,6 +167,27 @@ public struct Index<Model>: @unchecked Sendable {
     let text = String(describing: keyPath)
     let last = text.split(separator: ".").last.map(String.init) ?? text
     return last.filter { $0.isLetter || $0.isNumber || $0 == "_" }
+  }
+}
+
+/// An index part that is a stored property of a primitive type: its kind and
+/// its offset in the model (`MemoryLayout.offset(of:)`).
+struct StoredPart {
+  enum Kind { case int, date, string, double, bool, uuid }
+  let kind: Kind
+  let offset: Int
+
+  /// Appends the part of the model at `model` to `e`.
+  @inline(__always)
+  func write(_ model: UnsafeRawPointer, _ e: KeyEncoder) {
+    switch kind {
+    case .int: e.write(int: Int64(model.load(fromByteOffset: offset, as: Int.self)))
+    case .date: e.write(date: model.load(fromByteOffset: offset, as: Date.self))
+    case .string: e.write(string: model.load(fromByteOffset: offset, as: String.self))
+    case .double: e.write(double: model.load(fromByteOffset: offset, as: Double.self))
+    case .bool: e.write(bool: model.load(fromByteOffset: offset, as: Bool.self))
+    case .uuid: e.write(uuid: model.load(fromByteOffset: offset, as: UUID.self))
+    }
   }
 }
 
@@ -162,6 +203,29 @@ struct IndexWriter {
   /// The entry key of the model the pointer points to, whose record key is
   /// the second argument. Throws the index's `RepoError` (unsupported key).
   let key: (UnsafeRawPointer, [UInt8]) throws -> [UInt8]
+
+  /// The writer of `index`, whose entries live in `keyspace`.
+  init<M>(keyspace: String, index: Index<M>) {
+    self.keyspace = keyspace
+    self.name = index.name
+    let unique = index.unique
+    self.unique = unique
+    let write = index.write
+    let parts = index.storedParts
+    // Safe: writers are called with a pointer to an M (ModelAccess.indexEntries).
+    // The value and the record key go into one array, as read: no copy of
+    // the model, no second array.
+    self.key = { model, id in
+      let e = KeyEncoder()
+      if let parts {
+        for part in parts { part.write(model, e) }
+      } else {
+        try write(model, e)
+      }
+      if !unique { e.bytes.append(contentsOf: id) }
+      return e.bytes
+    }
+  }
 }
 
 /// The keyspaces and indexes of one model type in a store, made once per
@@ -205,14 +269,7 @@ final class ModelSpace<M>: @unchecked Sendable {
       resolved.append(ResolvedIndex(index: index, keyspace: name + "#index:" + index.name))
     }
     indexes = resolved
-    writers = resolved.map { i in
-      let index = i.index
-      return IndexWriter(keyspace: i.keyspace, name: index.name, unique: index.unique) { model, id in
-        // Safe: writers are called with a pointer to an M (ModelAccess.write).
-        let value = try index.encode(model.assumingMemoryBound(to: M.self).pointee)
-        return index.unique ? value : value + id
-      }
-    }
+    writers = resolved.map { IndexWriter(keyspace: $0.keyspace, index: $0.index) }
     guard (name + "#index:").utf8.count + (declared.map(\.name.utf8.count).max() ?? 0) <= Limits.maxKeyspaceNameSize
     else { throw RepoError(.invalidIndex, "model or index name too long for a keyspace name", model: name) }
   }

@@ -206,6 +206,27 @@ import Testing
     #expect(try key(\.upper) == KeyEncoding.encode(w.upper))
     let compound = try Index<Wide>.index(\.n, \.name, \.inner.when).encode(w)
     #expect(compound == (try KeyEncoding.encode(w.n) + KeyEncoding.encode(w.name) + KeyEncoding.encode(w.inner.when)))
+
+    // The write path reads indexes of stored primitives as `StoredPart`s,
+    // without the closures; its entries are the value then the record key.
+    func entry(_ index: Index<Wide>) throws -> [UInt8] {
+      let writer = IndexWriter(keyspace: "k", index: index)
+      return try withUnsafePointer(to: w) { try writer.key(UnsafeRawPointer($0), [9, 9]) }
+    }
+    let stored: [Index<Wide>] = [
+      .index(\.flag), .index(\.n), .index(\.name), .index(\.x), .index(\.id), .index(\.at), .index(\.inner.when),
+      .index(\.n, \.name, \.inner.when),
+    ]
+    for index in stored {
+      #expect(index.storedParts != nil, "\(index.name)")
+      #expect(try entry(index) == index.encode(w) + [9, 9], "\(index.name)")
+    }
+    for index: Index<Wide> in [.index(\.maybe), .index(\.small), .index(\.upper), .index(\.n, \.upper)] {
+      #expect(index.storedParts == nil, "\(index.name)")
+      #expect(try entry(index) == index.encode(w) + [9, 9], "\(index.name)")
+    }
+    let unique = Index<Wide>.unique(\.name)
+    #expect(try entry(unique) == unique.encode(w))
   }
 
   @Test func integersOrder() throws {
