@@ -139,17 +139,22 @@ where Model.ID: Codable & Hashable & Sendable {
   public func insert(_ model: Model) throws { try access.insert(model, transaction) }
   /// Stores new records.
   public func insert(contentsOf models: [Model]) throws {
-    guard let first = models.first else { return }
-    // What the first model logged tells the transaction how much the batch
-    // will: one too big for a WAL record is committed by checkpoint without
-    // being copied into a record first.
+    guard models.count > 2 else {
+      for m in models { try access.insert(m, transaction) }
+      return
+    }
+    // What the second model logged (the first also names the keyspaces)
+    // tells the transaction how much the batch will: one too big for a WAL
+    // record is committed by checkpoint without being copied into a record
+    // first.
+    try access.insert(models[0], transaction)
     let before = transaction.loggedBytes
-    try access.insert(first, transaction)
+    try access.insert(models[1], transaction)
     if let before, let after = transaction.loggedBytes {
-      let (total, overflow) = (after - before).multipliedReportingOverflow(by: models.count - 1)
+      let (total, overflow) = (after - before).multipliedReportingOverflow(by: models.count - 2)
       transaction.expectWrites(bytes: overflow ? .max : total)
     }
-    for m in models.dropFirst() { try access.insert(m, transaction) }
+    for m in models.dropFirst(2) { try access.insert(m, transaction) }
   }
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, transaction) }
