@@ -1,5 +1,6 @@
+import Engine
 import Foundation
-import Repo
+@testable import Repo
 import Testing
 
 /// Plans are cached per query shape (conditions without their constants'
@@ -57,6 +58,54 @@ import Testing
     #expect(store.plansMade == afterCount)
     #expect(try await todos.delete(matching: open) == 20)
     #expect(try await todos.count(matching: open) == 0)
+  }
+
+  /// A cached index range read in sort order stops at its limit: when the
+  /// limit alone is within what the cache accepts, the range is not counted
+  /// again (two rank walks a query); when it is not, it is.
+  @Test func aCachedOrderedIndexWithinItsLimitIsNotCounted() throws {
+    let store = try Store.inMemory()
+    let space = try store.spaces.get(Todo.self)
+    final class Counted: @unchecked Sendable { var keyspaces: [String] = [] }
+    let counted = Counted()
+    // 100 entries in every index range, 2,000 records.
+    let count: (String, KeyRange) -> Double? = { keyspace, range in
+      counted.keyspaces.append(keyspace)
+      return keyspace == space.records && range == .all ? 2_000 : 100
+    }
+    let built = Set(space.indexes.map(\.index.name))
+    let createdAt = space.indexes.first { $0.index.name.hasSuffix("createdAt") }!.keyspace
+    func newest(after n: Int, limit: Int) -> FetchDescriptor<Todo> {
+      let cutoff = day(n)
+      var d = FetchDescriptor<Todo>(
+        predicate: #Predicate { $0.createdAt > cutoff }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+      d.fetchLimit = limit
+      return d
+    }
+    func plan(_ d: FetchDescriptor<Todo>) -> (Plan<Todo>, countedIndex: Bool) {
+      counted.keyspaces = []
+      let p = Planner.plan(d, space: space, built: built, count: count)
+      return (p, counted.keyspaces.contains(createdAt))
+    }
+    // Limit 10: planned (counted), then reused for other constants without a count.
+    let first = plan(newest(after: 1_500, limit: 10))
+    #expect(first.countedIndex)
+    guard case .index(_, let r1, true) = first.0.access else {
+      Issue.record("not a reverse index read: \(first.0.access)")
+      return
+    }
+    let again = plan(newest(after: 700, limit: 10))
+    #expect(!again.countedIndex, "a cached read in order within its limit counted its range")
+    guard case .index(_, let r2, true) = again.0.access else {
+      Issue.record("not a reverse index read: \(again.0.access)")
+      return
+    }
+    #expect(r1 != r2, "the reused plan kept the first query's range")
+    #expect(again.0.ordered && again.0.exact)
+    // Limit 1,000 over ranges of 100: planned at cost 100, the limit is
+    // past the 8x + 64 a reuse accepts, so the range is counted each time.
+    #expect(plan(newest(after: 1_500, limit: 1_000)).countedIndex)
+    #expect(plan(newest(after: 700, limit: 1_000)).countedIndex)
   }
 
   @Test func planningAgainWhenTheRecordsGrowPastAPowerOfTwo() async throws {

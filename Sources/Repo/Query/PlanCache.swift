@@ -95,8 +95,8 @@ final class PlanCache: @unchecked Sendable {
       }
     case .primary, .index, .union: break
     }
-    guard let made = planning.make(entry.choice, narrowest: narrowest),
-      made.cost <= entry.cost * Self.skew + Self.skewSlack
+    let bound = entry.cost * Self.skew + Self.skewSlack
+    guard let made = planning.make(entry.choice, narrowest: narrowest, within: bound), made.cost <= bound
     else { return nil }
     return made
   }
@@ -154,7 +154,8 @@ struct PlanKey: Hashable {
     guard space.indexes.count <= 64 else { return nil }
     self.records = records
     self.built = 0
-    for (i, index) in space.indexes.enumerated() where built.contains(index.index.name) { self.built |= 1 << i }
+    // Indices, not enumerated(): its iterator is not specialized here.
+    for i in space.indexes.indices where built.contains(space.indexes[i].index.name) { self.built |= 1 << i }
     limit = descriptor.fetchLimit
     offset = descriptor.fetchOffset
     for s in descriptor.sortBy {

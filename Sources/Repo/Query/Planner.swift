@@ -375,10 +375,15 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
   /// The candidate `choice` names, with this query's constants; nil when
   /// its conditions no longer give it a range (a constant that does not
   /// encode as a key).
-  func make(_ choice: PlanChoice, narrowest: Double) -> Candidate<M>? {
+  ///
+  /// `within`: the cost the caller accepts. An index range read in sort
+  /// order stops at the limit, so when the limit alone is within it the
+  /// range is not counted (two rank walks a query): the candidate then
+  /// has no `rows` and costs the limit, which is at most what it reads.
+  func make(_ choice: PlanChoice, narrowest: Double, within: Double? = nil) -> Candidate<M>? {
     switch choice {
     case .primary: return primary()
-    case .index(let i): return i < space.indexes.count && isBuilt(i) ? index(i) : nil
+    case .index(let i): return i < space.indexes.count && isBuilt(i) ? index(i, within: within) : nil
     case .sortedIndex(let i): return i < space.indexes.count && isBuilt(i) ? sortedIndex(i, narrowest: narrowest) : nil
     case .scan: return scan(narrowest: narrowest)
     case .union(let choices): return union(choices)
@@ -409,7 +414,9 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
   }
 
   /// 2. Index `i`: equalities on a prefix of its components, then a range.
-  private func index(_ i: Int) -> Candidate<M>? {
+  /// Not counted when read in order with a limit that is `within` (see
+  /// ``make(_:narrowest:within:)``).
+  private func index(_ i: Int, within: Double? = nil) -> Candidate<M>? {
     let conditions = analysis.conditions
     let resolved = space.indexes[i]
     let index = resolved.index
@@ -443,9 +450,12 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
     // components after the equality prefix.
     let ordered = sortPaths.isEmpty || (keyOrder && matchesSort(index.keyPaths))
     let exact = analysis.complete && consumed == conditions.count
-    let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
     let plan = Plan<M>(
       access: .index(resolved, range, reverse: ordered && sortReverse), ordered: ordered, exact: exact, used: used)
+    if ordered, let limit, let within, limit <= within {
+      return Candidate(cost: cost(rows: limit, ordered: true), plan: plan, choice: .index(i))
+    }
+    let rows = count(resolved.keyspace, range) ?? total / (rangePart == nil ? 10 : 3)
     // In order with a limit, the read stops after about `limit` records.
     return Candidate(
       cost: cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan: plan, choice: .index(i),
