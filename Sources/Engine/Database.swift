@@ -1,3 +1,4 @@
+import CAtomics
 import Dispatch
 import Synchronization
 
@@ -77,6 +78,9 @@ public final class Database: Sendable {
   private let published: Locked<Published>
   /// `Published.closed`, readable without the lock: every cursor step checks it.
   private let closedFlag = Atomic<Bool>(false)
+  /// This handle's slot in the coordination file's handle table (FORMAT.md
+  /// §10.6), or -1: freed at close, so a destroy sees the store closed.
+  private let handleSlot = Atomic<Int>(-1)
   /// `Follower.word`, readable without the lock: every snapshot compares it
   /// with the coordination file's.
   let syncedWord = Atomic<UInt64>(0)
@@ -160,6 +164,99 @@ public final class Database: Sendable {
     return try open(at: "/cairn", options: options)
   }
 
+  /// Keeps the handle-table slot `slot` until ``close()``.
+  func adopt(handle slot: Int) { handleSlot.store(slot, ordering: .releasing) }
+
+  /// Removes the store in the folder at `path`: every file Cairn keeps
+  /// there (FORMAT.md §0), and the folder itself when nothing else is left
+  /// in it. Nothing is done when there is no folder at `path`.
+  ///
+  /// It refuses while any handle has the store open, in this process or
+  /// another, reading or writing: every open handle is recorded in the
+  /// coordination file until it is closed (or its process ends), without
+  /// holding a lock (FORMAT.md §10.6). Opens that begin while a destroy is
+  /// under way fail with ``EngineError/Code/locked``.
+  ///
+  /// The data file goes first, and its removal is synced before anything
+  /// else is removed: a crash midway leaves either the whole store or none
+  /// (what remains of the other files is not a store, and the next open
+  /// creates a new one over them).
+  ///
+  /// - Throws: ``EngineError/Code/locked`` while the store is open (the
+  ///   message names the processes) or another process is destroying it;
+  ///   ``EngineError/Code/busy`` if another process writes for longer than
+  ///   ``Options/busyTimeout``; ``EngineError/Code/notAStore`` if the folder
+  ///   holds no Cairn store (nothing is removed then).
+  public static func destroy(at path: String, options: Options = Options()) throws {
+    let options = try options.validated()
+    let fs = options.fileSystem
+    let path = Path.normalize(path)
+    guard fs.exists(path) else { return }
+    guard fs.isDirectory(path) else { throw EngineError(.notAStore, "not a folder", path: path) }
+    let present = try fs.contentsOfDirectory(path).filter { StoreFiles.all.contains($0) }
+    guard !present.isEmpty else {
+      throw EngineError(.notAStore, "the folder holds no Cairn store; nothing was removed", path: path)
+    }
+    // The write lock keeps writers, creators and recoverers out meanwhile.
+    let writeLock = WriteLock(fs: fs, path: Path.join(path, StoreFiles.lock))
+    _ = try writeLock.claim(timeout: options.busyTimeout)
+    defer {
+      writeLock.release()
+      writeLock.close()
+    }
+    if fs.exists(Path.join(path, StoreFiles.shm)) {
+      guard let coordination = Coordination.open(folder: path, fs: fs, writable: true),
+        coordination.region.isWritable
+      else {
+        throw EngineError(
+          .io, "cannot map the coordination file writable to see who has the store open", path: path)
+      }
+      defer { coordination.close() }
+      guard coordination.claimDestroy() else {
+        let who = coordination.destroyer.map { " (process \(ProcessIdentity.pid($0)))" } ?? ""
+        throw EngineError(.locked, "another process is destroying the store\(who)", path: path)
+      }
+      // The mark is stored before the table is read, as an open stores its
+      // slot before reading the mark: one of the two sees the other.
+      cairn_fence_seq_cst()
+      let open = coordination.openHandles()
+      guard open.isEmpty else {
+        coordination.endDestroy()
+        throw EngineError(.locked, "the store is open: \(describe(handles: open)); close it first", path: path)
+      }
+      // Released only once the files are gone: an open that reads the
+      // mark before then is refused, one after finds no store.
+      defer { coordination.endDestroy() }
+      try removeFiles(in: path, fs: fs)
+    } else {
+      try removeFiles(in: path, fs: fs)
+    }
+    if try fs.contentsOfDirectory(path).isEmpty { try fs.removeDirectory(path) }
+  }
+
+  private static func describe(handles: [UInt64]) -> String {
+    var counts: [Int32: Int] = [:]
+    for h in handles { counts[ProcessIdentity.pid(h), default: 0] += 1 }
+    return counts.sorted { $0.key < $1.key }.map { pid, n in
+      (pid == ProcessIdentity.pid(ProcessIdentity.current) ? "this process" : "process \(pid)")
+        + (n > 1 ? " (\(n) handles)" : "")
+    }.joined(separator: ", ")
+  }
+
+  /// The data file first, synced; then the rest of Cairn's files.
+  private static func removeFiles(in path: String, fs: any FileSystem) throws {
+    let data = Path.join(path, StoreFiles.data)
+    if fs.exists(data) {
+      try fs.remove(data)
+      try fs.syncDirectory(path)
+    }
+    for name in StoreFiles.all where name != StoreFiles.data {
+      let file = Path.join(path, name)
+      if fs.exists(file) { try fs.remove(file) }
+    }
+    try fs.syncDirectory(path)
+  }
+
   /// Whether ``close()`` has been called.
   public var isClosed: Bool { closedFlag.load(ordering: .acquiring) }
 
@@ -188,6 +285,8 @@ public final class Database: Sendable {
     wal.close()
     follower.withLock { $0.wal.close() }
     hold.state.store.file.close()
+    let slot = handleSlot.exchange(-1, ordering: .acquiringAndReleasing)
+    if slot >= 0 { coordination?.unregisterHandle(slot) }
     coordination?.close()
     writeLock.close()
     if let failure { throw failure }

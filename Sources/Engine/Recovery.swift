@@ -1,3 +1,5 @@
+import CAtomics
+
 /// Opening a store: creating it, finding the last checkpoint, replaying the WAL.
 ///
 /// When the coordination file holds a state for this store and this boot,
@@ -70,31 +72,57 @@ enum Recovery {
         path: path, walPath: walPath, options: options, data: data, storeID: header.storeID,
         coordination: coordination, boot: boot, writeLock: writeLock)
 
-      // 4. The state other processes share, if there is one.
-      if let db = try opening.fromSharedState() { return db }
-
-      // 5. Otherwise the files alone: a writer recovers them, under the
-      //    write lock, and publishes what it found; a reader reads them as
-      //    they are.
-      guard writable else { return try opening.fromFiles(publishing: false) }
-      let db: Database
-      do {
-        _ = try writeLock.claim(timeout: options.busyTimeout)
-        defer { writeLock.release() }
-        // Counted like every take, so the last writer before this recovery
-        // knows another process held the lock since (FORMAT.md §10.5).
-        _ = coordination?.countLockTake()
-        // Another process may have recovered and published meanwhile.
-        if let shared = try opening.fromSharedState() { return shared }
-        db = try opening.fromFiles(publishing: true)
+      // The handle is recorded as open, so that a destroy refuses while it
+      // is (FORMAT.md §10.6); and refused while a destroy is under way.
+      // Either this load sees the destroyer's mark, or the destroyer's
+      // scan sees this slot: both sides store, fence, then load.
+      let handle = coordination?.registerHandle()
+      cairn_fence_seq_cst()
+      if let coordination, let destroyer = coordination.destroyer {
+        if let handle { coordination.unregisterHandle(handle) }
+        throw EngineError(
+          .locked, "the store is being destroyed by process \(ProcessIdentity.pid(destroyer))", path: path)
       }
-      // A writer that recovered a non-empty log checkpoints at once.
-      if db.walSize > UInt64(HeaderLayout.size) { try db.checkpoint() }
-      return db
+      do {
+        let db = try open(opening, writable: writable, coordination: coordination, writeLock: writeLock)
+        if let handle { db.adopt(handle: handle) }
+        return db
+      } catch {
+        if let handle { coordination?.unregisterHandle(handle) }
+        throw error
+      }
     } catch {
       data.close()
       throw error
     }
+  }
+
+  /// Steps 4 and 5 of opening: the store as other processes share it, or
+  /// as its files hold it.
+  private static func open(
+    _ opening: Opening, writable: Bool, coordination: Coordination?, writeLock: WriteLock
+  ) throws -> Database {
+    // 4. The state other processes share, if there is one.
+    if let db = try opening.fromSharedState() { return db }
+
+    // 5. Otherwise the files alone: a writer recovers them, under the
+    //    write lock, and publishes what it found; a reader reads them as
+    //    they are.
+    guard writable else { return try opening.fromFiles(publishing: false) }
+    let db: Database
+    do {
+      _ = try writeLock.claim(timeout: opening.options.busyTimeout)
+      defer { writeLock.release() }
+      // Counted like every take, so the last writer before this recovery
+      // knows another process held the lock since (FORMAT.md §10.5).
+      _ = coordination?.countLockTake()
+      // Another process may have recovered and published meanwhile.
+      if let shared = try opening.fromSharedState() { return shared }
+      db = try opening.fromFiles(publishing: true)
+    }
+    // A writer that recovered a non-empty log checkpoints at once.
+    if db.walSize > UInt64(HeaderLayout.size) { try db.checkpoint() }
+    return db
   }
 
   /// What opening a store has found so far.

@@ -140,6 +140,11 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
     try base.createDirectory(path)
   }
 
+  public func removeDirectory(_ path: String) throws {
+    try check(.directory, path: path)
+    try base.removeDirectory(path)
+  }
+
   public func remove(_ path: String) throws {
     try check(.directory, path: path)
     try base.remove(path)

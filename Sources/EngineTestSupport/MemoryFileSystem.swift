@@ -120,6 +120,19 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
     }
   }
 
+  /// Removes an empty directory, durably at once (as directories are created).
+  public func removeDirectory(_ path: String) throws {
+    let path = Path.normalize(path)
+    try lock.withLock { () throws in
+      guard directories.contains(path) else { throw EngineError(.io, "rmdir failed: no such directory", path: path) }
+      guard !files.keys.contains(where: { Path.parent($0) == path }),
+        !directories.contains(where: { $0 != path && Path.parent($0) == path })
+      else { throw EngineError(.io, "rmdir failed: the directory is not empty", path: path) }
+      directories.remove(path)
+      durableDirectories.remove(path)
+    }
+  }
+
   public func remove(_ path: String) throws {
     let path = Path.normalize(path)
     try lock.withLock { () throws in

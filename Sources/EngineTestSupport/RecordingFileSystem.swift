@@ -18,6 +18,7 @@ public final class RecordingFileSystem: FileSystem, @unchecked Sendable {
     case truncate(file: Int, size: UInt64)
     case sync(file: Int)
     case remove(String)
+    case removeDirectory(String)
     case rename(String, String)
     case syncDirectory(String)
 
@@ -84,6 +85,7 @@ public final class RecordingFileSystem: FileSystem, @unchecked Sendable {
       case .truncate(let id, let size): try handles[id]!.truncate(to: size)
       case .sync(let id): try handles[id]!.sync()
       case .remove(let p): try disk.remove(p)
+      case .removeDirectory(let p): try disk.removeDirectory(p)
       case .rename(let a, let b): try disk.rename(a, to: b)
       case .syncDirectory(let p): try disk.syncDirectory(p)
       }
@@ -113,6 +115,11 @@ public final class RecordingFileSystem: FileSystem, @unchecked Sendable {
   public func createDirectory(_ path: String) throws {
     try base.createDirectory(path)
     record(.createDirectory(path))
+  }
+
+  public func removeDirectory(_ path: String) throws {
+    try base.removeDirectory(path)
+    record(.removeDirectory(path))
   }
 
   public func remove(_ path: String) throws {

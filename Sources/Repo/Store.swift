@@ -45,6 +45,23 @@ public final class Store: Sendable {
     Store(database: try Database.open(at: path, options: options), history: history)
   }
 
+  /// Removes the store in the folder at `path` — every file of it, and the
+  /// folder when nothing else is left there — so the next ``open(at:options:history:)``
+  /// starts an empty store: the "destroy and rebuild" of a prototype whose
+  /// models changed. Nothing is done when there is no folder at `path`.
+  ///
+  /// Refuses while the store is open anywhere: in this process (close every
+  /// `Store` and `Database` of it first) or in another, such as an app
+  /// extension reading it; opens that begin meanwhile are refused too.
+  /// See ``Database/destroy(at:options:)``.
+  ///
+  /// - Throws: ``EngineError/Code/locked`` while the store is open,
+  ///   ``EngineError/Code/notAStore`` if the folder holds no Cairn store
+  ///   (then nothing is removed).
+  public static func destroy(at path: String, options: Options = Options()) throws {
+    try Database.destroy(at: path, options: options)
+  }
+
   /// A store in memory, with the same engine and API: what app tests use
   /// instead of hand-written mocks.
   public static func inMemory(history: HistoryOptions? = nil) throws -> Store {

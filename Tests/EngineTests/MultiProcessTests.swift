@@ -292,4 +292,27 @@ import Testing
     #expect(try db.read { try $0.get(b("held"), in: "data") } == nil)
     try db.close()
   }
+
+  /// Another process reading the store (an app extension, say) stops a
+  /// destroy, and holds no lock meanwhile; once it is killed, the slot it
+  /// left is taken back and the destroy goes ahead.
+  @Test func aReaderInAnotherProcessStopsADestroyUntilItEnds() throws {
+    let folder = try Self.newStore()
+    let reader = try Child(["follow", folder.path, "60"])
+    #expect(reader.waitFor("seen"), "\(reader.err.lines)")
+    do {
+      try Database.destroy(at: folder.path)
+      Issue.record("destroyed while another process had the store open")
+    } catch let e as EngineError {
+      #expect(e.code == .locked)
+      #expect(e.message.contains("process \(reader.process.processIdentifier)"), "\(e.message)")
+    }
+    #expect(FileManager.default.fileExists(atPath: folder.sub("cairn.data")))
+    if FileManager.default.fileExists(atPath: "/proc/locks") {
+      #expect(try Self.locks(of: reader.process.processIdentifier, in: folder).isEmpty)
+    }
+    reader.kill()
+    try Database.destroy(at: folder.path)
+    #expect(!FileManager.default.fileExists(atPath: folder.path))
+  }
 }

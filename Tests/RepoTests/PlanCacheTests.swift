@@ -1,7 +1,8 @@
 import Engine
 import Foundation
-@testable import Repo
 import Testing
+
+@testable import Repo
 
 /// Plans are cached per query shape (conditions without their constants'
 /// values, sort, window, indexes built, records to a power of two); a

@@ -60,6 +60,31 @@ import Testing
     try again.close()
   }
 
+  /// `Store.destroy(at:)` as the README shows it: refused while the store
+  /// is open (its models untouched), then every file gone and a fresh
+  /// store in its place.
+  @Test func destroyWaitsForTheStoreToCloseThenStartsItAfresh() async throws {
+    let temp = TempFolder()
+    let path = temp.path
+    let store = try Store.open(at: path)
+    try await store.repository(Post.self).insert(
+      contentsOf: (0..<20).map { Post(id: $0, title: "t", body: "b", publishedAt: day($0)) })
+    do {
+      try Store.destroy(at: path)
+      Issue.record("destroyed an open store")
+    } catch let e as EngineError {
+      #expect(e.code == .locked && e.message.contains("this process"), "\(e)")
+    }
+    #expect(try await store.repository(Post.self).count() == 20)
+
+    try store.close()
+    try Store.destroy(at: path)
+    #expect(!FileManager.default.fileExists(atPath: path))
+    let fresh = try Store.open(at: path)
+    #expect(try await fresh.repository(Post.self).count() == 0)
+    try fresh.close()
+  }
+
   /// A plain index before a unique one: a refused insert has already
   /// written the first index's entry when the second refuses.
   struct Badge: Codable, Sendable, Identifiable, Equatable, IndexedModel {

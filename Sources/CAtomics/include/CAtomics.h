@@ -33,4 +33,9 @@ static inline uint64_t cairn_fetch_add(void *p, uint64_t v) {
   return __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_SEQ_CST);
 }
 
+/// Stores `desired` if the word holds `expected`; returns whether it did.
+static inline int cairn_compare_exchange(void *p, uint64_t expected, uint64_t desired) {
+  return __atomic_compare_exchange_n((uint64_t *)p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
 #endif

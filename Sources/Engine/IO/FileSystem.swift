@@ -21,6 +21,8 @@ public protocol FileSystem: AnyObject, Sendable {
   func createDirectory(_ path: String) throws
   /// Removes a file.
   func remove(_ path: String) throws
+  /// Removes an empty directory.
+  func removeDirectory(_ path: String) throws
   /// Atomically replaces `destination` with `source`.
   func rename(_ source: String, to destination: String) throws
   /// Makes the directory's entries (created, removed, renamed files) durable.

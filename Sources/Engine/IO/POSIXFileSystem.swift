@@ -44,6 +44,10 @@ public final class POSIXFileSystem: FileSystem {
     guard unlink(path) == 0 else { throw posixError("unlink", path: path) }
   }
 
+  public func removeDirectory(_ path: String) throws {
+    guard rmdir(path) == 0 else { throw posixError("rmdir", path: path) }
+  }
+
   public func rename(_ source: String, to destination: String) throws {
     guard Glibc_rename(source, destination) == 0 else { throw posixError("rename to \(destination)", path: source) }
   }

@@ -47,6 +47,16 @@ final class VolatileFileSystem: FileSystem, @unchecked Sendable {
       directories.insert(path)
     }
   }
+  func removeDirectory(_ path: String) throws {
+    let path = Path.normalize(path)
+    try lock.withLock { () throws in
+      guard directories.contains(path) else { throw EngineError(.io, "rmdir failed: no such directory", path: path) }
+      guard !files.keys.contains(where: { Path.parent($0) == path }),
+        !directories.contains(where: { $0 != path && Path.parent($0) == path })
+      else { throw EngineError(.io, "rmdir failed: the directory is not empty", path: path) }
+      directories.remove(path)
+    }
+  }
 
   func remove(_ path: String) throws {
     let path = Path.normalize(path)

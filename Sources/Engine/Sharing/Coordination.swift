@@ -202,6 +202,73 @@ final class Coordination: @unchecked Sendable {
   }
 
   func close() { notifyFile?.close() }
+
+  // MARK: Open handles (FORMAT.md §10.6)
+
+  /// Records an open handle of this process in the first free slot of the
+  /// handle table; returns the slot, or nil where the region is read-only
+  /// or every slot names a running process. Slots of processes that ended
+  /// without closing are taken back first when the table is full.
+  ///
+  /// Holding a slot is not a lock: an idle store still holds none.
+  func registerHandle() -> Int? {
+    guard region.isWritable else { return nil }
+    for pass in 0..<2 {
+      for i in 0..<CoordinationLayout.handleSlots {
+        let at = region.base + CoordinationLayout.handle(i)
+        if cairn_compare_exchange(at, 0, ProcessIdentity.current) != 0 { return i }
+      }
+      if pass == 0 { _ = openHandles() }
+    }
+    return nil
+  }
+
+  /// Frees a slot ``registerHandle()`` returned.
+  func unregisterHandle(_ slot: Int) {
+    _ = cairn_compare_exchange(region.base + CoordinationLayout.handle(slot), ProcessIdentity.current, 0)
+  }
+
+  /// The processes with the store open, one entry per handle (this
+  /// process's own included), after taking back the slots of processes no
+  /// longer running.
+  func openHandles() -> [UInt64] {
+    var open: [UInt64] = []
+    for i in 0..<CoordinationLayout.handleSlots {
+      let at = region.base + CoordinationLayout.handle(i)
+      let w = cairn_load_acquire(at)
+      guard w != 0 else { continue }
+      if ProcessIdentity.isRunning(w) {
+        open.append(w)
+      } else if region.isWritable {
+        _ = cairn_compare_exchange(at, w, 0)
+      }
+    }
+    return open
+  }
+
+  /// The process destroying the store (``Database/destroy(at:options:)``),
+  /// if one is running.
+  var destroyer: UInt64? {
+    let w = cairn_load_acquire(region.base + CoordinationLayout.destroyer)
+    return w != 0 && ProcessIdentity.isRunning(w) ? w : nil
+  }
+
+  /// Marks this process as destroying the store; false if another running
+  /// process is. A mark left by a process that ended is replaced.
+  func claimDestroy() -> Bool {
+    guard region.isWritable else { return false }
+    let at = region.base + CoordinationLayout.destroyer
+    while true {
+      let w = cairn_load_acquire(at)
+      if w != 0 && ProcessIdentity.isRunning(w) { return false }
+      if cairn_compare_exchange(at, w, ProcessIdentity.current) != 0 { return true }
+    }
+  }
+
+  /// Clears this process's destroy mark.
+  func endDestroy() {
+    _ = cairn_compare_exchange(region.base + CoordinationLayout.destroyer, ProcessIdentity.current, 0)
+  }
 }
 
 /// The coordination file's bytes (FORMAT.md §10). Words are in the
@@ -218,11 +285,16 @@ enum CoordinationLayout {
   static let slots = lockTakes + 8  // 64: two slots of slotWords u64 each
   static let slotWords = 9  // 8 fields and their checksum
   static let watchers = slots + 2 * slotWords * 8  // 208, u64: processes watching for commits
+  static let destroyer = watchers + 8  // 216, u64: the process destroying the store, or 0
+  static let handles = 256  // u64[handleSlots]: the processes with the store open, or 0
+  static let handleSlots = 64
   static let size = 4096
+
+  static func handle(_ i: Int) -> Int { handles + i * 8 }
 
   static func slot(_ i: Int) -> Int { slots + i * slotWords * 8 }
 
   static let magicValue: UInt64 = 0x4D48_534E_5249_4143  // "CAIRNSHM" read as a little-endian u64
-  static let layoutVersion: UInt64 = 2
+  static let layoutVersion: UInt64 = 3
   static let versionAndSize: UInt64 = layoutVersion | UInt64(size) << 32
 }
