@@ -14,6 +14,44 @@ import Testing
     try db.close()
   }
 
+  /// A branch decodes to the separators and children it was encoded with
+  /// (its separators copied straight into one packed buffer), whatever
+  /// their lengths; one whose last separator runs past the payload is
+  /// refused with a typed error.
+  @Test func branchesDecodeToTheirKeysAndChildren() throws {
+    var rng = SplitMix64(seed: 41)
+    for round in 0..<50 {
+      let count = 2 + Int(rng.next() % 200)
+      var keys: [[UInt8]] = []
+      var last: [UInt8] = []
+      for _ in 0..<(count - 1) {
+        var k = last
+        k.append(contentsOf: (0..<Int(rng.next() % 24)).map { _ in UInt8(truncatingIfNeeded: rng.next()) })
+        k.append(UInt8(1 + rng.next() % 255))
+        keys.append(k)
+        last = Array(k.prefix(Int(rng.next() % UInt64(k.count + 1))))
+      }
+      keys.sort { $0.lexicographicallyPrecedes($1) }
+      var children: [NodeRef] = []
+      for i in 0..<count {
+        let offset = BlockOffset(UInt64(64 + 100 * i))
+        children.append(.disk(DiskRef(offset: offset, length: 40, subtreeBytes: UInt64(40 + i))))
+      }
+      let counts = (0..<count).map { UInt64($0 * 3) }
+      let branch = BranchNode(
+        owner: 0, level: 1 + round % 3, keys: PackedKeys(keys), children: children, counts: counts)
+      let payload = NodeCodec.encodeBranch(branch)
+      let decoded = try NodeCodec.decodeBranch(payload, owner: 0, path: nil, offset: 1 << 40)
+      #expect(decoded.keys == PackedKeys(keys), "round \(round)")
+      #expect((0..<(count - 1)).map { decoded.keys.key($0) } == keys)
+      #expect(decoded.counts == counts && decoded.level == branch.level)
+      #expect(decoded.children.count == count)
+      #expect(throws: EngineError.self) {
+        _ = try NodeCodec.decodeBranch(Array(payload.dropLast()), owner: 0, path: nil, offset: 1 << 40)
+      }
+    }
+  }
+
   @Test func dataFileStartsWithTheHeaderAndTheEmptyCommit() throws {
     let fs = MemoryFileSystem()
     let db = try Database.open(at: "/s", options: memoryOptions(fs))

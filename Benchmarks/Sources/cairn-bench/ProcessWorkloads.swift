@@ -11,7 +11,7 @@ struct Processes: Workload {
   let id = "14"
   let name = "processes"
   let title =
-    "One store, several processes: durable single-put commits from 1, 2 and 4 processes; visibility to another process; fresh point reads"
+    "One store, several processes: durable single-put commits from 1, 2 and 4 processes; visibility to another process; fresh point reads; open, read, close"
 
   func run(system name: String, config c: Config, build: Bool, into out: Recorder) throws {
     let folder = c.folder + "/store"
@@ -61,7 +61,27 @@ struct Processes: Workload {
     reader.close()
     try s.close()
 
-    // 3. Visibility: commit returns in this process → an observer in another
+    // 3. Opening a store that holds 200K pairs, reading one key, closing it:
+    //    what an app extension pays at each launch. For Cairn this includes
+    //    recording the handle in the coordination file (what a destroy
+    //    checks), and a read-write handle's checkpoint at close.
+    let opens = c.n(1_000)
+    let probe = order[0]
+    let tOpen = try time {
+      for _ in 0..<opens {
+        let h = try openSystem(name, folder: c.folder + "/reads")
+        let r = try h.reader()
+        guard try r.get(probe) >= 0 else { throw BenchError("a read after open missed") }
+        r.close()
+        try h.close()
+      }
+    }
+    out.add(
+      "\(Workloads.label(opens)) opens of a \(Workloads.label(data.keys.count))-pair store, one read each, closed",
+      .time, seconds: tOpen, ops: opens,
+      memory: peakRSS())
+
+    // 4. Visibility: commit returns in this process → an observer in another
     //    process hears of it (Cairn's change stream; the others have none).
     guard name == "cairn" else { return }
     let count = max(20, c.n(1_000))

@@ -88,6 +88,31 @@ struct PackedKeys: Equatable {
     ends.append(UInt32(bytes.count))
   }
 
+  /// The keys at `spans` (start and length in `source`, each checked by
+  /// the caller), copied into one buffer with a `memcpy` each: how a
+  /// decoded branch gets its separators, with no array per key.
+  init(copying spans: [(start: Int, count: Int)], from source: [UInt8]) {
+    let total = spans.reduce(0) { $0 + $1.count }
+    bytes = source.withUnsafeBytes { src in
+      [UInt8](unsafeUninitializedCapacity: Swift.max(1, total)) { out, initialized in
+        var at = 0
+        for s in spans where s.count > 0 {
+          // Safe: the caller checked every span lies inside `source`, and
+          // `out` holds `total` bytes.
+          UnsafeMutableRawPointer(out.baseAddress! + at).copyMemory(
+            from: src.baseAddress! + s.start, byteCount: s.count)
+          at += s.count
+        }
+        initialized = total
+      }
+    }
+    var end: UInt32 = 0
+    ends = spans.map { s in
+      end += UInt32(s.count)
+      return end
+    }
+  }
+
   mutating func append(contentsOf other: PackedKeys) {
     heads = []
     let base = UInt32(bytes.count)

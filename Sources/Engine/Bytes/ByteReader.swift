@@ -80,6 +80,13 @@ struct ByteReader {
     return Array(bytes[position..<position + count])
   }
 
+  /// Moves past `count` bytes; returns where they start in `bytes`.
+  mutating func span(_ count: Int, _ field: @autoclosure () -> String = "bytes") throws(EngineError) -> Int {
+    try need(count, field())
+    defer { position += count }
+    return position
+  }
+
   mutating func skip(_ count: Int, _ field: @autoclosure () -> String = "bytes") throws(EngineError) {
     try need(count, field())
     position += count

@@ -138,12 +138,16 @@ enum NodeCodec {
       children.append(.disk(DiskRef(offset: BlockOffset(childOffset), length: length, subtreeBytes: bytes)))
       counts.append(keys)
     }
-    var keys = PackedKeys()
+    // Separators go straight from the payload into one packed buffer: no
+    // array per key.
+    var spans: [(start: Int, count: Int)] = []
+    spans.reserveCapacity(count - 1)
     for i in 0..<(count - 1) {
       let length = Int(try r.u16("length of separator \(i)"))
       guard length <= Limits.maxKeySize else { throw r.error("separator \(i) length \(length) exceeds the key limit") }
-      keys.append(try r.bytes(length, "separator \(i)"))
+      spans.append((try r.span(length, "separator \(i)"), length))
     }
+    let keys = PackedKeys(copying: spans, from: payload)
     guard r.isAtEnd else { throw r.error("\(r.remaining) stray bytes after the last separator") }
     return BranchNode(owner: owner, level: level, keys: keys, children: children, counts: counts)
   }
