@@ -1,3 +1,5 @@
+import CAtomics
+
 /// One keyspace's B+tree as a version of the store sees it.
 struct TreeRoot: @unchecked Sendable {
   /// The root node, or nil when the keyspace is empty.
@@ -29,57 +31,91 @@ struct TreeRoot: @unchecked Sendable {
   }
 
   /// Keeps the decoded root branch of an on-disk root, read through the
-  /// cache, and the root's children too when they are branches and their
-  /// decoded size stays under an eighth of the node cache's budget. A root
-  /// leaf is not pinned: a small tree gains nothing. A node that does not
-  /// read or is not at its level is not pinned either; reads then meet the
-  /// problem themselves and report it.
+  /// cache, and lets the root's children be pinned too, each at its first
+  /// read, when they are branches and their decoded size (estimated from
+  /// the root's) stays under an eighth of the node cache's budget. Opening
+  /// a store pins every tree, so it reads one node per tree, not the top
+  /// two levels. A root leaf is not pinned: a small tree gains nothing. A
+  /// node that does not read or is not at its level is not pinned either;
+  /// reads then meet the problem themselves and report it.
   mutating func pin(_ store: NodeStore) {
     guard height > 1, case .disk(let ref) = root, case .branch(let top)? = try? store.node(ref),
       top.level == height - 1
     else { return }
-    var children: [BranchNode] = []
-    if height > 2 {
-      let budget = store.cache.capacity / 8
-      var cost = 0
-      for child in top.children {
-        guard case .disk(let r) = child, let node = try? store.node(r), case .branch(let b) = node,
-          b.level == height - 2
-        else {
-          children = []
-          break
-        }
-        cost += node.memoryCost
-        guard cost <= budget else {
-          children = []
-          break
-        }
-        children.append(b)
-      }
-    }
-    pinned = PinnedTop(root: top, children: children)
+    let estimate = Node.branch(top).memoryCost * top.childCount
+    let pinsChildren = height > 2 && estimate <= store.cache.capacity / 8
+    pinned = PinnedTop(root: top, childrenFrom: pinsChildren ? store : nil)
   }
 }
 
 /// The decoded top levels of an on-disk tree (see ``TreeRoot/pinned``).
-/// Immutable, like the nodes it holds.
+/// The root is decoded when it is made; each child branch at the first
+/// read that passes through it, then kept. Shared by every snapshot of
+/// the version: children are published with an atomic compare-and-swap.
 final class PinnedTop: @unchecked Sendable {
+  // Safe: `slots` is written only by compare-and-swap from 0 and read with
+  // acquire loads; an object in it is retained until deinit.
   /// The root branch.
   let root: BranchNode
-  /// The root's children, when they are branches and pinned; else empty.
-  let children: [BranchNode]
+  /// Where children are read from; nil when they are not pinned.
+  private let store: NodeStore?
+  /// Per child of the root: 0 not read yet, 1 not a pinnable branch, else
+  /// the retained `BranchNode`'s address.
+  private let slots: UnsafeMutablePointer<UInt64>?
 
-  init(root: BranchNode, children: [BranchNode]) {
+  init(root: BranchNode, childrenFrom store: NodeStore?) {
     self.root = root
-    self.children = children
+    self.store = store
+    if store != nil {
+      let slots = UnsafeMutablePointer<UInt64>.allocate(capacity: root.childCount)
+      slots.initialize(repeating: 0, count: root.childCount)
+      self.slots = slots
+    } else {
+      slots = nil
+    }
+  }
+
+  deinit {
+    guard let slots else { return }
+    for i in 0..<root.childCount where slots[i] > 1 {
+      Unmanaged<BranchNode>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(slots[i]))!).release()
+    }
+    slots.deallocate()
+  }
+
+  /// Whether the root's children are pinned (each at its first read).
+  var pinsChildren: Bool { slots != nil }
+
+  /// Child `i` of the root, decoded and kept; nil when children are not
+  /// pinned or this one is not a branch at the level below.
+  @inline(__always)
+  func child(_ i: Int) -> BranchNode? {
+    guard let slots else { return nil }
+    let w = cairn_load_acquire(slots + i)
+    if w > 1 { return Unmanaged<BranchNode>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(w))!).takeUnretainedValue() }
+    return w == 1 ? nil : load(i, slots)
+  }
+
+  private func load(_ i: Int, _ slots: UnsafeMutablePointer<UInt64>) -> BranchNode? {
+    guard let store, case .disk(let r) = root.children[i], case .branch(let b)? = try? store.node(r),
+      b.level == root.level - 1
+    else {
+      _ = cairn_compare_exchange(slots + i, 0, 1)
+      return nil
+    }
+    let retained = Unmanaged.passRetained(b)
+    let bits = UInt64(UInt(bitPattern: retained.toOpaque()))
+    if cairn_compare_exchange(slots + i, 0, bits) != 0 { return b }
+    // Another reader pinned it first: use that one.
+    retained.release()
+    return child(i)
   }
 
   /// The node below the pinned levels on the way to `key`, and its level.
   @inline(__always)
   func below(_ key: UnsafeRawBufferPointer) -> (ref: NodeRef, level: Int) {
     let i = root.childIndex(for: key)
-    guard !children.isEmpty else { return (root.children[i], root.level - 1) }
-    let b = children[i]
+    guard let b = child(i) else { return (root.children[i], root.level - 1) }
     return (b.children[b.childIndex(for: key)], b.level - 1)
   }
 }
