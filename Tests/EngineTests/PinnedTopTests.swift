@@ -1,4 +1,6 @@
+import Dispatch
 import EngineTestSupport
+import Synchronization
 import Testing
 
 @testable import Engine
@@ -89,6 +91,29 @@ import Testing
       n += 1
     }
     #expect(n == Self.keys)
+    try reopened.close()
+  }
+
+  /// Threads reading a store just opened race to pin the same children:
+  /// each gets a whole node (one wins, the others use it), and afterwards
+  /// reads look up two levels fewer.
+  @Test func threadsRacingToPinTheSameChildrenReadRight() throws {
+    let fs = MemoryFileSystem()
+    let db = try Self.open(fs)
+    try Self.fill(db)
+    try db.close()
+    let reopened = try Self.open(fs)
+    let snapshot = try reopened.snapshot()
+    let wrong = Atomic<Int>(0)
+    DispatchQueue.concurrentPerform(iterations: 8) { t in
+      for i in stride(from: t * 13, to: Self.keys, by: 37)
+      where (try? snapshot.get(key(i), in: Self.keyspace)) != Self.value(i) {
+        wrong.add(1, ordering: .relaxed)
+      }
+    }
+    #expect(wrong.load(ordering: .relaxed) == 0)
+    let tree = try #require(snapshot.version.tree(Self.keyspace))
+    #expect(try Self.lookupsPerRead(reopened) == Double(tree.height - 2))
     try reopened.close()
   }
 
