@@ -83,6 +83,12 @@ enum Recovery {
         throw EngineError(
           .locked, "the store is being destroyed by process \(ProcessIdentity.pid(destroyer))", path: path)
       }
+      // A destroy that ran to its end between opening the data file and
+      // recording the handle removed the file this handle would read.
+      guard fs.exists(dataPath) else {
+        if let handle { coordination?.unregisterHandle(handle) }
+        throw EngineError(.notAStore, "the store was destroyed while it was being opened", path: path)
+      }
       do {
         let db = try open(opening, writable: writable, coordination: coordination, writeLock: writeLock)
         if let handle { db.adopt(handle: handle) }

@@ -127,9 +127,20 @@ public final class FaultInjectingFileSystem: FileSystem, @unchecked Sendable {
 
   // MARK: FileSystem
 
+  /// Called with each path right after it is opened (not under any lock
+  /// of this file system): a test's way to act between two steps of the
+  /// code under test.
+  public var afterOpen: (@Sendable (String) -> Void)? {
+    get { lock.withLock { afterOpenHook } }
+    set { lock.withLock { afterOpenHook = newValue } }
+  }
+  private var afterOpenHook: (@Sendable (String) -> Void)?
+
   public func open(_ path: String, _ mode: FileOpenMode) throws -> any StorageFile {
     if mode == .create && !base.exists(path) { try check(.directory, path: path) }
-    return FaultInjectingFile(fs: self, base: try base.open(path, mode))
+    let file = FaultInjectingFile(fs: self, base: try base.open(path, mode))
+    afterOpen?(path)
+    return file
   }
 
   public func exists(_ path: String) -> Bool { base.exists(path) }

@@ -102,6 +102,40 @@ import Testing
     try Database.destroy(at: folder.path)
   }
 
+  /// A destroy that runs to its end after an open has read the data
+  /// file's header but before it recorded its handle: the open fails, and
+  /// does not go on with the removed files.
+  @Test func anOpenOvertakenByADestroyFails() throws {
+    let memory = MemoryFileSystem()
+    let fs = FaultInjectingFileSystem(memory)
+    let options = memoryOptions(fs)
+    let db = try Database.open(at: "/s", options: options)
+    try db.write { try $0.put(b("k"), b("v"), in: "ks") }
+    try db.close()
+    let destroyed = Locked(false)
+    fs.afterOpen = { path in
+      guard path.hasSuffix("/cairn.data") else { return }
+      let first = destroyed.withLock { done in
+        defer { done = true }
+        return !done
+      }
+      guard first else { return }
+      do { try Database.destroy(at: "/s", options: memoryOptions(memory)) } catch {
+        Issue.record("the destroy failed: \(error)")
+      }
+    }
+    var ro = options
+    ro.readOnly = true
+    do {
+      _ = try Database.open(at: "/s", options: ro)
+      Issue.record("opened a store destroyed under it")
+    } catch let e as EngineError {
+      #expect(e.code == .notAStore && e.message.contains("destroyed while it was being opened"), "\(e)")
+    }
+    #expect(destroyed.withLock { $0 })
+    #expect(!memory.exists("/s"))
+  }
+
   @Test func aFolderWithoutAStoreIsLeftAlone() throws {
     let folder = TempFolder("destroy")
     try FileManager.default.createDirectory(atPath: folder.path, withIntermediateDirectories: true)
