@@ -61,7 +61,7 @@ let package = Package(
     .executableTarget(name: "FuzzOps", dependencies: ["FuzzTargets"]),
     .executableTarget(name: "FuzzShm", dependencies: ["FuzzTargets"]),
     .testTarget(name: "EngineTests", dependencies: ["Engine", "EngineTestSupport", "FuzzTargets"]),
-    .testTarget(name: "RepoTests", dependencies: ["Repo", "EngineTestSupport"]),
+    .testTarget(name: "RepoTests", dependencies: ["Repo", "EngineTestSupport", "EnginectlKit"]),
   ],
   swiftLanguageModes: [.v6]
 )

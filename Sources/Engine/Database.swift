@@ -35,6 +35,8 @@ public final class Database: Sendable {
   /// The store's folder.
   public let path: String
   let options: Options
+  /// Whether the store was opened read-only (``Options/readOnly``).
+  public var isReadOnly: Bool { options.readOnly }
   let fs: any FileSystem
   let storeID: [UInt8]
   let dataPath: String

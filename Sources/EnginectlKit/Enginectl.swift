@@ -12,6 +12,7 @@ public enum Enginectl {
       "compact": (CompactCommand.usage, CompactCommand.help, CompactCommand.run),
       "dump": (DumpCommand.usage, DumpCommand.help, DumpCommand.run),
       "stats": (StatsCommand.usage, StatsCommand.help, StatsCommand.run),
+      "schema": (SchemaCommand.usage, SchemaCommand.help, SchemaCommand.run),
     ]
 
   static let toolHelp = """
@@ -25,6 +26,7 @@ public enum Enginectl {
       compact   rewrite the live data into a fresh file and swap it in
       dump      print keyspaces, keys and values (or --blocks: the physical blocks)
       stats     print sizes, counts, garbage, compression and WAL figures
+      schema    print each model's version, fields, types, indexes and record count
 
     `enginectl <command> --help` describes a command.
 

@@ -24,12 +24,19 @@ public protocol IndexedModel {
   /// which fills the model's properties straight from the record when a
   /// probe proves its `init(from:)` does only that.
   static var recordDecoding: RecordDecoding { get }
+  /// The version of the model's shape, recorded in the store with its
+  /// fields and indexes (`enginectl schema` shows it). Raise it with a
+  /// change you want on record; a store whose recorded version is higher —
+  /// written by a newer build of the app — is refused with
+  /// ``RepoError/Code/schemaMismatch``. Default: 1.
+  static var schemaVersion: Int { get }
 }
 
 extension IndexedModel {
   public static var indexes: [Index<Self>] { [] }
   public static var storedName: String { String(describing: Self.self) }
   public static var recordDecoding: RecordDecoding { .automatic }
+  public static var schemaVersion: Int { 1 }
 }
 
 /// An index over one or more key paths of a model.

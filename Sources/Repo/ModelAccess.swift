@@ -1,5 +1,6 @@
 import Engine
 import Foundation
+import Synchronization
 
 /// The operations on one model's records, over an engine reader or write
 /// transaction. Both the async `Repository` and the repositories bound to a
@@ -17,11 +18,21 @@ where M.ID: Codable & Hashable & Sendable {
   let layoutProof: LayoutProof
   /// The layout, when proven.
   let layout: RecordLayout?
+  /// The model's shape as this build declares it.
+  let shape: ModelShape
+  /// Whether the store's recorded shape was checked against `shape` (and
+  /// brought up to date, where the handle can write).
+  let schemaSettled = Atomic<Bool>(false)
 
   init(space: ModelSpace<M>) {
     self.space = space
     layoutProof = LayoutProofs.shared.proof(for: M.self)
     layout = layoutProof.layout
+    shape = ModelShape.of(
+      M.self, name: space.name,
+      indexes: space.indexes.map {
+        IndexShape(name: $0.index.name, keyPaths: $0.index.keyPaths.map { "\($0)" }, unique: $0.index.unique)
+      })
   }
 
   // MARK: Encoding
@@ -127,27 +138,21 @@ where M.ID: Codable & Hashable & Sendable {
     return built
   }
 
-  /// Builds any declared index that is not built yet (a model that gained an
-  /// index after records were stored).
-  func prepare(_ tx: WriteTransaction) throws {
+  /// Readies the model for writes in `tx`: checks its shape against the
+  /// recorded one and applies what changed, the first time; after that,
+  /// builds any declared index that is not built (another process may have
+  /// dropped it).
+  func prepare(_ tx: WriteTransaction, store: Store) throws {
+    guard schemaSettled.load(ordering: .acquiring) else {
+      let plan = try schemaPlan(tx)
+      try applySchema(plan, tx, progress: nil)
+      store.noteSchemaChanges(plan.changes)
+      schemaSettled.store(true, ordering: .releasing)
+      return
+    }
     let built = try builtIndexes(tx)
     for i in space.indexes where !built.contains(i.index.name) {
-      try tx.deleteRange(.all, in: i.keyspace)
-      try tx.createKeyspace(i.keyspace)
-      let cursor = try tx.cursor(in: space.records)
-      while let e = try cursor.next() {
-        let model = try decode(e.value, key: e.key)
-        let k = try indexKey(i, model, id: e.key)
-        if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
-          throw RepoError(
-            .uniqueViolation, "existing records share a value of unique index \(i.index.name)", model: space.name,
-            id: Self.describeKey(e.key), field: i.index.name)
-        }
-        try tx.put(k, e.key, in: i.keyspace)
-      }
-      try tx.put(
-        Array(("index:" + i.index.name).utf8), Array(i.index.keyPaths.map { "\($0)" }.joined(separator: ",").utf8),
-        in: space.meta)
+      try build(i, tx, total: Int(try tx.count(in: space.records)), progress: nil)
     }
     try tx.createKeyspace(space.records)
   }

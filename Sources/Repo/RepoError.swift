@@ -27,6 +27,11 @@ public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
     /// recorded: refetch what you keep, then follow the history from the
     /// current token.
     case historyExpired
+    /// A model changed in a way its stored records cannot follow (a field's
+    /// type, a new required field, a store written by a newer version): the
+    /// message names the field with its old and new type. Nothing was
+    /// changed; migrate the store, or erase it (``Schema/IncompatibleChange/eraseStore``).
+    case schemaMismatch
   }
 
   /// What kind of failure this is.

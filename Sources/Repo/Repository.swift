@@ -61,7 +61,10 @@ where Model.ID: Codable & Hashable & Sendable {
   }
 
   private func read<T>(_ body: (SnapshotRepository<Model>) throws -> T) throws -> T {
-    try store.read { try body(try $0.repository(Model.self)) }
+    // The access first: its first use may bring the store's record of the
+    // model up to date (build an index), which the snapshot must see.
+    let access = try store.access(Model.self)
+    return try body(SnapshotRepository(access: access, snapshot: try store.database.snapshot()))
   }
 
   public func insert(_ model: Model) async throws { try await write { try $0.insert(model) } }

@@ -33,6 +33,7 @@ public final class Store: Sendable {
   private let writeQueue = DispatchQueue(label: "cairn.store.write")
   let spaces: SpaceCache
   let counters = RepoCounters()
+  private let schemaLog = Mutex<[SchemaChange]>([])
   /// Persistent history, when recorded.
   public let history: HistoryOptions?
 
@@ -43,6 +44,26 @@ public final class Store: Sendable {
     -> Store
   {
     Store(database: try Database.open(at: path, options: options), history: history)
+  }
+
+  /// Opens (or creates) the store in the folder at `path` and checks every
+  /// model of `schema` against what the store recorded, before anything is
+  /// read: safe changes are applied in one transaction (see
+  /// ``schemaChanges``), incompatible ones refused. See ``Schema``.
+  ///
+  /// - Throws: ``RepoError/Code/schemaMismatch`` (the store is closed and
+  ///   left as it was), and whatever ``open(at:options:history:)`` throws.
+  public static func open(
+    at path: String, options: Options = Options(), history: HistoryOptions? = nil, schema: Schema
+  ) throws -> Store {
+    let store = Store(database: try Database.open(at: path, options: options), history: history)
+    do {
+      try store.check(schema)
+    } catch {
+      try? store.close()
+      throw error
+    }
+    return store
   }
 
   /// Removes the store in the folder at `path` — every file of it, and the
@@ -66,6 +87,14 @@ public final class Store: Sendable {
   /// instead of hand-written mocks.
   public static func inMemory(history: HistoryOptions? = nil) throws -> Store {
     Store(database: try Database.inMemory(), history: history)
+  }
+
+  /// A store in memory whose models are checked as ``open(at:options:history:schema:)``
+  /// checks them.
+  public static func inMemory(history: HistoryOptions? = nil, schema: Schema) throws -> Store {
+    let store = try inMemory(history: history)
+    try store.check(schema)
+    return store
   }
 
   /// Wraps an open database.
@@ -109,8 +138,117 @@ public final class Store: Sendable {
 
   func space<M>(_ type: M.Type) throws -> ModelSpace<M> { try spaces.get(type) }
 
+  /// The access of `type`, its shape checked (``checkOnFirstUse(_:)``).
   func access<M: Codable & Sendable & Identifiable>(_ type: M.Type) throws -> ModelAccess<M>
-  where M.ID: Codable & Hashable & Sendable { try spaces.access(type) }
+  where M.ID: Codable & Hashable & Sendable {
+    let a = try spaces.access(type)
+    if !a.schemaSettled.load(ordering: .acquiring) { try checkOnFirstUse(a) }
+    return a
+  }
+
+  // MARK: Schema
+
+  /// What schema checks changed since the store was opened: at open (with
+  /// a ``Schema``) and at the first use of each model's repository.
+  public var schemaChanges: [SchemaChange] { schemaLog.withLock { $0 } }
+
+  /// The shape each model has as recorded in the store, by stored name.
+  public func recordedShapes() throws -> [String: ModelShape] {
+    let snapshot = try database.snapshot()
+    var shapes: [String: ModelShape] = [:]
+    for keyspace in try snapshot.keyspaces() where keyspace.hasSuffix("#meta") && !keyspace.hasPrefix("#") {
+      guard let bytes = try snapshot.get(schemaMetaKey, in: keyspace) else { continue }
+      let model = String(keyspace.dropLast("#meta".count))
+      do {
+        shapes[model] = try JSONDecoder().decode(ModelShape.self, from: Data(bytes))
+      } catch {
+        throw RepoError(.decoding, "the recorded shape does not parse: \(error)", model: model)
+      }
+    }
+    return shapes
+  }
+
+  func noteSchemaChanges(_ changes: [SchemaChange]) {
+    guard !changes.isEmpty else { return }
+    schemaLog.withLock { $0 += changes }
+  }
+
+  /// Checks every model of `schema` on a snapshot, and applies what changed
+  /// in one write transaction (planned again inside it, since another
+  /// process may have applied it meanwhile).
+  func check(_ schema: Schema) throws {
+    let snapshot = try database.snapshot()
+    let plans = try schema.models.map { try $0.plan(self, snapshot) }
+    let conflicted = plans.contains { !$0.conflicts.isEmpty }
+    if conflicted, schema.onIncompatibleChange == .fail, let error = plans.first(where: { $0.error != nil })?.error {
+      throw error
+    }
+    if plans.allSatisfy(\.isCurrent) || database.isReadOnly {
+      for m in schema.models { try m.settled(self) }
+      return
+    }
+    let changes = try writeNow { tx in
+      var changes: [SchemaChange] = []
+      var plans = try schema.models.map { try $0.plan(self, tx.transaction) }
+      if plans.contains(where: { !$0.conflicts.isEmpty }) {
+        if schema.onIncompatibleChange == .fail, let error = plans.first(where: { $0.error != nil })?.error {
+          throw error
+        }
+        for p in plans where !p.conflicts.isEmpty {
+          changes.append(
+            SchemaChange(
+              kind: .erased, model: p.model, name: p.conflicts.first?.field,
+              detail: p.error.map(\.message) ?? ""))
+        }
+        for keyspace in try tx.transaction.keyspaces() {
+          _ = try tx.transaction.deleteRange(.all, in: keyspace)
+          _ = try tx.transaction.dropKeyspace(keyspace)
+        }
+        plans = try schema.models.map { try $0.plan(self, tx.transaction) }
+      }
+      for (m, plan) in zip(schema.models, plans) {
+        try m.apply(self, tx.transaction, plan, schema.progress)
+        changes += plan.changes
+      }
+      return changes
+    }
+    noteSchemaChanges(changes)
+    for m in schema.models { try m.settled(self) }
+  }
+
+  /// Checks a model not listed in a ``Schema`` at the first use of its
+  /// repository: an incompatible change throws; safe ones are applied in a
+  /// write transaction of their own — unless this thread is inside one of
+  /// the store's write transactions, which then applies them itself
+  /// (``StoreTransaction/repository(_:)``), or the store is read-only.
+  func checkOnFirstUse<M>(_ access: ModelAccess<M>) throws {
+    let plan = try access.schemaPlan(try database.snapshot())
+    if let error = plan.error { throw error }
+    if plan.isCurrent || database.isReadOnly {
+      access.schemaSettled.store(true, ordering: .releasing)
+      return
+    }
+    if pthread_getspecific(Store.writingKey) == Unmanaged.passUnretained(self).toOpaque() { return }
+    do {
+      let changes = try writeNow { tx in
+        let plan = try access.schemaPlan(tx.transaction)
+        try access.applySchema(plan, tx.transaction, progress: nil)
+        return plan.changes
+      }
+      noteSchemaChanges(changes)
+    } catch let e as EngineError where e.code == .readOnly {
+      // A store on a read-only medium: read it as it is.
+    }
+    access.schemaSettled.store(true, ordering: .releasing)
+  }
+
+  /// The thread-specific key marking a thread inside `writeNow` (its
+  /// value: the store, unretained).
+  static let writingKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+  }()
 
   /// Runs `body` in one write transaction and commits it; if `body` throws,
   /// every change it made, in every repository, is rolled back.
@@ -133,7 +271,10 @@ public final class Store: Sendable {
   /// ``write(_:)`` without `async`: blocks the calling thread until committed.
   @discardableResult
   public func writeNow<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
-    try database.write(trackingChanges: history != nil) { tx in
+    let previous = pthread_getspecific(Store.writingKey)
+    pthread_setspecific(Store.writingKey, Unmanaged.passUnretained(self).toOpaque())
+    defer { pthread_setspecific(Store.writingKey, previous) }
+    return try database.write(trackingChanges: history != nil) { tx in
       let result = try body(StoreTransaction(store: self, transaction: tx))
       if let history { try HistoryLog.record(tx, history) }
       return result
@@ -257,8 +398,8 @@ public final class StoreTransaction {
   public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
     -> TransactionRepository<M>
   where M.ID: Codable & Hashable & Sendable {
-    let access = try store.access(type)
-    if prepared.insert(ObjectIdentifier(type)).inserted { try access.prepare(transaction) }
+    let access = try store.spaces.access(type)
+    if prepared.insert(ObjectIdentifier(type)).inserted { try access.prepare(transaction, store: store) }
     return TransactionRepository(access: access, transaction: transaction)
   }
 }

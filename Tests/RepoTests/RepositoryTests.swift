@@ -1,7 +1,8 @@
 import Engine
 import Foundation
-import Repo
 import Testing
+
+@testable import Repo
 
 @Suite struct RepositoryTests {
   @Test func aUniqueViolationRollsBackTheWholeTransaction() async throws {
@@ -193,13 +194,30 @@ import Testing
     }
     let store = try Store.inMemory()
     try await store.repository(NoteV1.self).insert(NoteV1(id: 42, priority: "high"))
+    // The store's recorded shape stops version 2 before it reads a record.
     await #expect {
       _ = try await store.repository(NoteV2.self).get(42)
     } throws: { error in
       guard let e = error as? RepoError else { return false }
+      return e.code == .schemaMismatch && e.model == "Note" && e.field == "priority"
+        && e.message.contains("from String to Int")
+    }
+
+    // A record the check cannot see (written past it, behind 16 good ones)
+    // is a decoding error naming the record and the field.
+    let other = try Store.inMemory()
+    try await other.repository(NoteV2.self).insert(contentsOf: (0..<16).map { NoteV2(id: $0, priority: $0) })
+    try other.writeNow { tx in
+      try tx.transaction.put(
+        try KeyEncoding.encode(42), try RecordEncoder.encode(NoteV1(id: 42, priority: "high")), in: "Note")
+    }
+    await #expect {
+      _ = try await other.repository(NoteV2.self).get(42)
+    } throws: { error in
+      guard let e = error as? RepoError else { return false }
       return e.code == .decoding && e.model == "Note" && e.id == "42" && e.field == "priority"
     }
-    await #expect { _ = try await store.repository(NoteV2.self).fetch(FetchDescriptor()) } throws: {
+    await #expect { _ = try await other.repository(NoteV2.self).fetch(FetchDescriptor()) } throws: {
       ($0 as? RepoError)?.code == .decoding
     }
   }

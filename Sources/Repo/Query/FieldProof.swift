@@ -243,8 +243,13 @@ final class ProbeRun<M: Decodable> {
   /// edge values (empty, long and padded strings, zero, minimum and maximum
   /// numbers, empty data): an `init(from:)` that trims, clamps or rejects
   /// them shows it (RecordLayout's proof).
-  init(enumValues: [Any], extremes: Bool = false) {
+  ///
+  /// With `shape`, arrays hand out one element and every container is
+  /// noted, so the session lists every field the model decodes
+  /// (`ModelShape`'s probe).
+  init(enumValues: [Any], extremes: Bool = false, shape: Bool = false) {
     session = ProbeSession(enumValues: enumValues)
+    session.shapeMode = shape
     var round = 0
     // Round 0 and 1, then one per few-valued field; new fields can appear
     // in later rounds (an init that branches), so loop until none do.
@@ -344,6 +349,16 @@ final class ProbeSession {
   struct MissingValues: Error { let type: Any.Type }
 
   var round = 0
+  /// Whether arrays hand out an element and containers are noted.
+  var shapeMode = false
+  /// The containers decoded below the top (shape mode): path key → path and
+  /// whether it is an array.
+  private(set) var containers: [(path: [String], array: Bool)] = []
+  private var containerIndex: Set<String> = []
+  /// How deep a probe goes: below it optionals read as absent and arrays as
+  /// empty, so a recursive type (a `URL`'s optional base, a tree's
+  /// children) ends.
+  static let maxDepth = 12
   /// In an edge-value round (`ProbeRun`'s `extremes`): which one.
   var extreme: Int?
   static var extremeRounds: Int { 3 }
@@ -375,6 +390,12 @@ final class ProbeSession {
   }
 
   static func key(_ path: [String]) -> String { path.joined(separator: "\u{1F}") }
+
+  /// Notes a container at `path` (shape mode; the top is not noted).
+  func noteContainer(_ path: [String], array: Bool) {
+    guard shapeMode, !path.isEmpty, containerIndex.insert(Self.key(path)).inserted else { return }
+    containers.append((path, array))
+  }
 
   func absence(_ path: [String]) -> Absence? {
     guard let absent, absent.key == Self.key(path) else { return nil }
@@ -568,10 +589,13 @@ struct ProbeDecoder: Decoder {
   var names: [String] { codingPath.map(\.stringValue) }
 
   func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-    KeyedDecodingContainer(ProbeKeyed<Key>(session: session, codingPath: codingPath))
+    session.noteContainer(names, array: false)
+    return KeyedDecodingContainer(ProbeKeyed<Key>(session: session, codingPath: codingPath))
   }
 
-  func unkeyedContainer() throws -> any UnkeyedDecodingContainer { ProbeUnkeyed(codingPath: codingPath) }
+  func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+    ProbeUnkeyed(session: session, codingPath: codingPath)
+  }
 
   func singleValueContainer() throws -> any SingleValueDecodingContainer { ProbeSingle(decoder: self) }
 
@@ -593,9 +617,11 @@ private struct ProbeKeyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
   private func names(_ key: Key) -> [String] { (codingPath + [key]).map(\.stringValue) }
 
-  func contains(_ key: Key) -> Bool { session.absence(names(key)) != .missing }
+  private var deep: Bool { codingPath.count >= ProbeSession.maxDepth }
 
-  func decodeNil(forKey key: Key) throws -> Bool { session.absence(names(key)) != nil }
+  func contains(_ key: Key) -> Bool { !deep && session.absence(names(key)) != .missing }
+
+  func decodeNil(forKey key: Key) throws -> Bool { deep || session.absence(names(key)) != nil }
 
   private func value<T: Decodable>(_ type: T.Type, _ key: Key) throws -> T {
     if let how = session.absence(names(key)) {
@@ -624,11 +650,12 @@ private struct ProbeKeyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
   func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
     -> KeyedDecodingContainer<NestedKey>
   {
-    KeyedDecodingContainer(ProbeKeyed<NestedKey>(session: session, codingPath: codingPath + [key]))
+    session.noteContainer(names(key), array: false)
+    return KeyedDecodingContainer(ProbeKeyed<NestedKey>(session: session, codingPath: codingPath + [key]))
   }
 
   func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-    ProbeUnkeyed(codingPath: codingPath + [key])
+    ProbeUnkeyed(session: session, codingPath: codingPath + [key])
   }
 
   func superDecoder() throws -> any Decoder {
@@ -640,24 +667,58 @@ private struct ProbeKeyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
   }
 }
 
-/// Arrays and dictionaries probe as empty: fields inside them are never bound.
+/// Arrays and dictionaries probe as empty: fields inside them are never
+/// bound. In shape mode an array hands out one element, named "[]", so its
+/// element type is noted too.
 private struct ProbeUnkeyed: UnkeyedDecodingContainer {
+  let session: ProbeSession
   let codingPath: [any CodingKey]
-  var count: Int? { 0 }
-  var isAtEnd: Bool { true }
-  var currentIndex: Int { 0 }
+  private(set) var currentIndex = 0
+  private let length: Int
 
-  private func end(_ type: Any.Type) -> DecodingError {
-    .valueNotFound(type, DecodingError.Context(codingPath: codingPath, debugDescription: "probe: empty"))
+  init(session: ProbeSession, codingPath: [any CodingKey]) {
+    self.session = session
+    self.codingPath = codingPath
+    session.noteContainer(codingPath.map(\.stringValue), array: true)
+    length = session.shapeMode && codingPath.count < ProbeSession.maxDepth ? 1 : 0
   }
 
-  mutating func decodeNil() throws -> Bool { throw end(Any.self) }
-  mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { throw end(type) }
+  var count: Int? { length }
+  var isAtEnd: Bool { currentIndex >= length }
+
+  private var element: [any CodingKey] { codingPath + [ProbeKey("[]")] }
+
+  private mutating func next(_ type: Any.Type) throws {
+    guard currentIndex < length else {
+      throw DecodingError.valueNotFound(
+        type, DecodingError.Context(codingPath: codingPath, debugDescription: "probe: empty"))
+    }
+    currentIndex += 1
+  }
+
+  mutating func decodeNil() throws -> Bool {
+    if isAtEnd { try next(Any.self) }
+    return false
+  }
+  mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+    try next(type)
+    return try ProbeDecoder.value(type, session, element)
+  }
   mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
     -> KeyedDecodingContainer<NestedKey>
-  { throw end(type) }
-  mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { throw end(Any.self) }
-  mutating func superDecoder() throws -> any Decoder { throw end(Any.self) }
+  {
+    try next(type)
+    session.noteContainer(element.map(\.stringValue), array: false)
+    return KeyedDecodingContainer(ProbeKeyed<NestedKey>(session: session, codingPath: element))
+  }
+  mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+    try next(Any.self)
+    return ProbeUnkeyed(session: session, codingPath: element)
+  }
+  mutating func superDecoder() throws -> any Decoder {
+    try next(Any.self)
+    return ProbeDecoder(session: session, codingPath: element)
+  }
 }
 
 private struct ProbeSingle: SingleValueDecodingContainer {
