@@ -32,6 +32,8 @@ public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
     /// message names the field with its old and new type. Nothing was
     /// changed; migrate the store, or erase it (``Schema/IncompatibleChange/eraseStore``).
     case schemaMismatch
+    /// A ``Migrator``'s steps are unusable: a name empty or registered twice.
+    case invalidMigration
   }
 
   /// What kind of failure this is.

@@ -173,10 +173,23 @@ public final class Store: Sendable {
     schemaLog.withLock { $0 += changes }
   }
 
-  /// Checks every model of `schema` on a snapshot, and applies what changed
-  /// in one write transaction (planned again inside it, since another
-  /// process may have applied it meanwhile).
+  /// Runs `schema`'s pending migration steps, each in a transaction of its
+  /// own, then checks every model on a snapshot and applies what changed in
+  /// one write transaction (planned again inside it, since another process
+  /// may have applied it meanwhile).
   func check(_ schema: Schema) throws {
+    try schema.migrations.validate()
+    let pending = try schema.migrations.pending(try database.snapshot())
+    if !pending.isEmpty, database.isReadOnly {
+      throw RepoError(
+        .schemaMismatch,
+        "migration step \"\(pending[0].name)\" has not run (\(pending.count) pending), and the store is open read-only")
+    }
+    for step in pending {
+      let change = try writeNow { tx in try runStep(step, tx.transaction, progress: schema.progress) }
+      if let change { noteSchemaChanges([change]) }
+    }
+
     let snapshot = try database.snapshot()
     let plans = try schema.models.map { try $0.plan(self, snapshot) }
     let conflicted = plans.contains { !$0.conflicts.isEmpty }
@@ -187,33 +200,82 @@ public final class Store: Sendable {
       for m in schema.models { try m.settled(self) }
       return
     }
-    let changes = try writeNow { tx in
-      var changes: [SchemaChange] = []
-      var plans = try schema.models.map { try $0.plan(self, tx.transaction) }
-      if plans.contains(where: { !$0.conflicts.isEmpty }) {
-        if schema.onIncompatibleChange == .fail, let error = plans.first(where: { $0.error != nil })?.error {
-          throw error
-        }
-        for p in plans where !p.conflicts.isEmpty {
-          changes.append(
-            SchemaChange(
-              kind: .erased, model: p.model, name: p.conflicts.first?.field,
-              detail: p.error.map(\.message) ?? ""))
-        }
-        for keyspace in try tx.transaction.keyspaces() {
-          _ = try tx.transaction.deleteRange(.all, in: keyspace)
-          _ = try tx.transaction.dropKeyspace(keyspace)
-        }
-        plans = try schema.models.map { try $0.plan(self, tx.transaction) }
-      }
-      for (m, plan) in zip(schema.models, plans) {
-        try m.apply(self, tx.transaction, plan, schema.progress)
-        changes += plan.changes
-      }
-      return changes
-    }
+    let changes = try writeNow { tx in try applyPlans(schema, tx.transaction) }
     noteSchemaChanges(changes)
     for m in schema.models { try m.settled(self) }
+  }
+
+  /// Runs migration step `step` in `tx` and records it, unless the store
+  /// ran it already (another process, meanwhile). Returns what it did.
+  private func runStep(
+    _ step: Migrator.Step, _ tx: WriteTransaction, progress: (@Sendable (SchemaProgress) -> Void)?
+  ) throws -> SchemaChange? {
+    guard try !Migrator.applied(tx).contains(step.name) else { return nil }
+    let migration = Migration(name: step.name, store: self, transaction: tx, progress: progress)
+    try step.body(migration)
+    try Migrator.record(step.name, tx)
+    return migration.change
+  }
+
+  /// Plans every model of `schema` in `tx` and applies the plans; erases
+  /// the store first on a conflict when the schema says so. Returns the
+  /// changes made.
+  private func applyPlans(_ schema: Schema, _ tx: WriteTransaction) throws -> [SchemaChange] {
+    var changes: [SchemaChange] = []
+    var plans = try schema.models.map { try $0.plan(self, tx) }
+    if plans.contains(where: { !$0.conflicts.isEmpty }) {
+      if schema.onIncompatibleChange == .fail, let error = plans.first(where: { $0.error != nil })?.error {
+        throw error
+      }
+      for p in plans where !p.conflicts.isEmpty {
+        changes.append(
+          SchemaChange(
+            kind: .erased, model: p.model, name: p.conflicts.first?.field, detail: p.error.map(\.message) ?? ""))
+      }
+      for keyspace in try tx.keyspaces() { _ = try tx.dropKeyspace(keyspace) }
+      // The steps were for the data just erased.
+      for step in schema.migrations.steps { try Migrator.record(step.name, tx) }
+      plans = try schema.models.map { try $0.plan(self, tx) }
+    }
+    for (m, plan) in zip(schema.models, plans) {
+      try m.apply(self, tx, plan, schema.progress)
+      changes += plan.changes
+    }
+    return changes
+  }
+
+  /// What opening the store at `path` with `schema` would do — the
+  /// migration steps it would run, with the records each would read, write
+  /// and delete, and the changes the check would apply — or what would
+  /// stop it. Everything runs in one write transaction that is then rolled
+  /// back: the store is left as it was.
+  ///
+  /// - Throws: what ``open(at:options:history:)`` throws (no store is
+  ///   created at `path`), or an error a migration step throws.
+  public static func dryRun(at path: String, options: Options = Options(), schema: Schema) throws -> SchemaReport {
+    var options = options
+    options.createIfMissing = false
+    let store = Store(database: try Database.open(at: path, options: options))
+    defer { try? store.close() }
+    try schema.migrations.validate()
+    struct Rollback: Error { let report: SchemaReport }
+    do {
+      try store.writeNow { tx in
+        var report = SchemaReport(changes: [], error: nil)
+        for step in try schema.migrations.pending(tx.transaction) {
+          if let change = try store.runStep(step, tx.transaction, progress: schema.progress) {
+            report.changes.append(change)
+          }
+        }
+        let plans = try schema.models.map { try $0.plan(store, tx.transaction) }
+        report.changes += plans.flatMap(\.changes)
+        report.error = plans.first { $0.error != nil }?.error
+        throw Rollback(report: report)
+      }
+    } catch let done as Rollback {
+      return done.report
+    }
+    return SchemaReport(changes: [], error: nil)
   }
 
   /// Checks a model not listed in a ``Schema`` at the first use of its

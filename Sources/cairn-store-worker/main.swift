@@ -18,6 +18,11 @@
 //   cairn-store-worker notes STORE COUNT
 //       Through the repository, with history: inserts COUNT notes (ids from
 //       the store's count up), printing "ack ID" after each.
+//   cairn-store-worker migrate STORE
+//       Opens STORE's "Note" records (id, name, priority "high"|"low",
+//       createdAt, tags) with two migration steps — name renamed title,
+//       priority made a number (high 2, else 1) — printing "migrating"
+//       before and "migrated" after (MigrationTests kills it between).
 import Engine
 import Foundation
 import Repo
@@ -65,8 +70,20 @@ struct Note: Codable, Identifiable, Sendable {
   var text: String
 }
 
+/// A note after the "migrate" mode's steps.
+struct MigratedNote: Codable, Identifiable, Sendable, IndexedModel {
+  var id: Int
+  var title: String
+  var priority: Int
+  var createdAt: Date
+  var tags: [String]
+  static var storedName: String { "Note" }
+  static var schemaVersion: Int { 3 }
+  static let indexes: [Index<MigratedNote>] = [.index(\.createdAt), .index(\.priority)]
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
-guard args.count >= 2 else { fail("usage: cairn-store-worker commit|follow|hold|notes STORE ...", code: 2) }
+guard args.count >= 2 else { fail("usage: cairn-store-worker commit|follow|hold|notes|migrate STORE ...", code: 2) }
 var options = Options()
 options.checkpointThreshold = 32 << 10
 options.nodeSize = 1024
@@ -160,6 +177,18 @@ do {
     }
     done.wait()
     if let error = failure.withLock({ error }) { throw error }
+    try store.close()
+
+  case "migrate":
+    var steps = Migrator()
+    steps.register("v2: rename name to title") { m in try m.renameField("name", to: "title", in: "Note") }
+    steps.register("v3: priority as a number") { m in
+      try m.convertField("priority", in: "Note") { .int($0.stringValue == "high" ? 2 : 1) }
+    }
+    say("migrating")
+    let store = try Store.open(
+      at: args[1], options: options, schema: Schema([.model(MigratedNote.self)], migrations: steps))
+    say("migrated")
     try store.close()
 
   default:

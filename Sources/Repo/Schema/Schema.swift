@@ -37,15 +37,19 @@ public struct Schema: Sendable {
   public var models: [SchemaModel]
   /// What an incompatible change does.
   public var onIncompatibleChange: IncompatibleChange
-  /// Called while indexes are built, about every 4,096 records.
+  /// Steps that run, each once, before the models are checked.
+  public var migrations: Migrator
+  /// Called while migration steps read records and indexes are built,
+  /// about every 4,096 records.
   public var progress: (@Sendable (SchemaProgress) -> Void)?
 
   /// A schema of `models`.
   public init(
-    _ models: [SchemaModel], onIncompatibleChange: IncompatibleChange = .fail,
+    _ models: [SchemaModel], migrations: Migrator = Migrator(), onIncompatibleChange: IncompatibleChange = .fail,
     progress: (@Sendable (SchemaProgress) -> Void)? = nil
   ) {
     self.models = models
+    self.migrations = migrations
     self.onIncompatibleChange = onIncompatibleChange
     self.progress = progress
   }
@@ -69,16 +73,27 @@ public struct SchemaModel: Sendable {
   }
 }
 
-/// How far building an index has come.
+/// How far building an index, or a migration step's pass over a model's
+/// records, has come.
 public struct SchemaProgress: Sendable {
   /// The model.
   public let model: String
-  /// The index being built.
-  public let index: String
+  /// The index being built, if that is the work.
+  public let index: String?
+  /// The migration step running, if that is the work.
+  public let migration: String?
   /// Records indexed so far.
   public let done: Int
   /// Records to index.
   public let total: Int
+}
+
+/// What a schema check did, or would do (``Store/dryRun(at:options:schema:)``).
+public struct SchemaReport: Sendable {
+  /// The migration steps run and the changes applied, in order.
+  public var changes: [SchemaChange]
+  /// What stops the store from opening with the schema, if anything.
+  public var error: RepoError?
 }
 
 /// One change a schema check made (``Store/schemaChanges``).
@@ -101,6 +116,9 @@ public struct SchemaChange: Sendable, Equatable, CustomStringConvertible {
     case versionChanged
     /// The whole store was erased (``Schema/IncompatibleChange/eraseStore``).
     case erased
+    /// A migration step ran (``name``); ``detail`` counts the records it
+    /// read, wrote and deleted per model.
+    case migrated
   }
 
   /// What changed.
@@ -346,10 +364,10 @@ extension ModelAccess {
       try tx.put(k, e.key, in: i.keyspace)
       done += 1
       if let progress, done % 4096 == 0 {
-        progress(SchemaProgress(model: space.name, index: i.index.name, done: done, total: total))
+        progress(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
       }
     }
-    progress?(SchemaProgress(model: space.name, index: i.index.name, done: done, total: total))
+    progress?(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
     try tx.put(
       indexMetaPrefix + Array(i.index.name.utf8), Array(i.index.keyPaths.map { "\($0)" }.joined(separator: ",").utf8),
       in: space.meta)

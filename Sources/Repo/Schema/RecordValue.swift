@@ -1,0 +1,269 @@
+import Foundation
+
+/// A stored record read without its Swift type: what a migration step sees
+/// of a record whose model no longer exists in the app (FORMAT.md §9.2).
+///
+/// ```swift
+/// try migration.updateRecords(of: "Note") { record in
+///   record["title"] = record.removeValue(forKey: "name")
+///   if case .int(let n)? = record["age"] { record["age"] = .string(String(n)) }
+///   return .keep
+/// }
+/// ```
+public enum RecordValue: Sendable, Equatable, CustomStringConvertible {
+  case null
+  case bool(Bool)
+  case int(Int64)
+  case uint(UInt64)
+  case double(Double)
+  case float(Float)
+  case string(String)
+  case data(Data)
+  case date(Date)
+  case uuid(UUID)
+  /// A struct: its fields in stored order.
+  case object([(String, RecordValue)])
+  case array([RecordValue])
+
+  public static func == (a: RecordValue, b: RecordValue) -> Bool {
+    switch (a, b) {
+    case (.null, .null): return true
+    case (.bool(let x), .bool(let y)): return x == y
+    case (.int(let x), .int(let y)): return x == y
+    case (.uint(let x), .uint(let y)): return x == y
+    case (.double(let x), .double(let y)): return x.bitPattern == y.bitPattern
+    case (.float(let x), .float(let y)): return x.bitPattern == y.bitPattern
+    case (.string(let x), .string(let y)): return x == y
+    case (.data(let x), .data(let y)): return x == y
+    case (.date(let x), .date(let y)): return x == y
+    case (.uuid(let x), .uuid(let y)): return x == y
+    case (.object(let x), .object(let y)):
+      return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+    case (.array(let x), .array(let y)): return x == y
+    default: return false
+    }
+  }
+
+  /// A struct's field, or nil; setting nil removes it, setting a new name
+  /// appends it.
+  public subscript(key: String) -> RecordValue? {
+    get {
+      guard case .object(let fields) = self else { return nil }
+      return fields.first { $0.0 == key }?.1
+    }
+    set {
+      guard case .object(var fields) = self else { return }
+      if let i = fields.firstIndex(where: { $0.0 == key }) {
+        if let newValue { fields[i].1 = newValue } else { fields.remove(at: i) }
+      } else if let newValue {
+        fields.append((key, newValue))
+      }
+      self = .object(fields)
+    }
+  }
+
+  /// Removes a struct's field and returns its value.
+  @discardableResult
+  public mutating func removeValue(forKey key: String) -> RecordValue? {
+    let old = self[key]
+    self[key] = nil
+    return old
+  }
+
+  /// A struct's field names, in stored order.
+  public var keys: [String] {
+    guard case .object(let fields) = self else { return [] }
+    return fields.map(\.0)
+  }
+
+  /// The value as a Swift integer, from any integer case that fits.
+  public var intValue: Int? {
+    switch self {
+    case .int(let v): return Int(exactly: v)
+    case .uint(let v): return Int(exactly: v)
+    default: return nil
+    }
+  }
+
+  /// The value as a string, if it is one.
+  public var stringValue: String? {
+    if case .string(let s) = self { return s }
+    return nil
+  }
+
+  public var description: String {
+    switch self {
+    case .null: return "nil"
+    case .bool(let v): return "\(v)"
+    case .int(let v): return "\(v)"
+    case .uint(let v): return "\(v)"
+    case .double(let v): return "\(v)"
+    case .float(let v): return "\(v)"
+    case .string(let v): return "\"\(v)\""
+    case .data(let v): return "<\(v.count) bytes>"
+    case .date(let v): return "\(v)"
+    case .uuid(let v): return v.uuidString
+    case .object(let fields): return "{" + fields.map { "\($0.0): \($0.1)" }.joined(separator: ", ") + "}"
+    case .array(let items): return "[" + items.map(\.description).joined(separator: ", ") + "]"
+    }
+  }
+}
+
+// MARK: Reading and writing record bytes
+
+extension RecordValue: Encodable {
+  private struct Name: CodingKey {
+    let stringValue: String
+    init(_ s: String) { stringValue = s }
+    init?(stringValue: String) { self.stringValue = stringValue }
+    var intValue: Int? { nil }
+    init?(intValue: Int) { nil }
+  }
+
+  public func encode(to encoder: any Encoder) throws {
+    switch self {
+    case .object(let fields):
+      var c = encoder.container(keyedBy: Name.self)
+      for (name, value) in fields { try c.encode(value, forKey: Name(name)) }
+    case .array(let items):
+      var c = encoder.unkeyedContainer()
+      for item in items { try c.encode(item) }
+    default:
+      var c = encoder.singleValueContainer()
+      switch self {
+      case .null: try c.encodeNil()
+      case .bool(let v): try c.encode(v)
+      case .int(let v): try c.encode(v)
+      case .uint(let v): try c.encode(v)
+      case .double(let v): try c.encode(v)
+      case .float(let v): try c.encode(v)
+      case .string(let v): try c.encode(v)
+      case .data(let v): try c.encode(v)
+      case .date(let v): try c.encode(v)
+      case .uuid(let v): try c.encode(v)
+      case .object, .array: break
+      }
+    }
+  }
+
+  /// The record bytes of this value (version 2).
+  func recordBytes() throws -> [UInt8] { try RecordEncoder.encode(self) }
+
+  /// Parses a stored record. Throws `RepoError.Code.decoding` naming the
+  /// offset where the bytes stop making sense.
+  static func parse(record bytes: UnsafeRawBufferPointer) throws -> RecordValue {
+    var r = Parser(bytes: bytes)
+    let version = try r.byte()
+    guard isRecordFormat(version) else { throw r.fail("record version \(version)") }
+    let value = try r.value(depth: 0)
+    guard r.at == bytes.count else { throw r.fail("\(bytes.count - r.at) bytes after the value") }
+    return value
+  }
+
+  private struct Parser {
+    let bytes: UnsafeRawBufferPointer
+    var at = 0
+
+    func fail(_ what: String) -> RepoError {
+      RepoError(.decoding, "damaged record at byte \(at): \(what)")
+    }
+
+    mutating func byte() throws -> UInt8 {
+      guard at < bytes.count else { throw fail("ends early") }
+      defer { at += 1 }
+      return bytes[at]
+    }
+
+    mutating func take(_ n: Int) throws -> UnsafeRawBufferPointer {
+      guard n >= 0, n <= bytes.count - at else { throw fail("a length of \(n) runs past the end") }
+      defer { at += n }
+      return UnsafeRawBufferPointer(rebasing: bytes[at..<at + n])
+    }
+
+    mutating func varint() throws -> UInt64 {
+      var v: UInt64 = 0
+      var shift: UInt64 = 0
+      while true {
+        let b = try byte()
+        guard shift < 64 else { throw fail("a varint over 64 bits") }
+        v |= UInt64(b & 0x7F) << shift
+        if b & 0x80 == 0 { return v }
+        shift += 7
+      }
+    }
+
+    mutating func little<T: FixedWidthInteger>(_: T.Type) throws -> T {
+      let raw = try take(MemoryLayout<T>.size)
+      var v: T = 0
+      for (i, b) in raw.enumerated() { v |= T(b) << (8 * i) }
+      return v
+    }
+
+    mutating func length() throws -> Int {
+      let n = try varint()
+      guard n <= UInt64(bytes.count - at) else { throw fail("a length of \(n) runs past the end") }
+      return Int(n)
+    }
+
+    mutating func entry(depth: Int) throws -> (String, RecordValue) {
+      let name = String(decoding: try take(try length()), as: UTF8.self)
+      return (name, try value(depth: depth + 1))
+    }
+
+    mutating func value(depth: Int) throws -> RecordValue {
+      guard depth < 256 else { throw fail("nested deeper than 256") }
+      let start = at
+      switch try byte() {
+      case 0x00: return .null
+      case 0x01: return .bool(false)
+      case 0x02: return .bool(true)
+      case 0x03:
+        let z = try varint()
+        return .int(Int64(bitPattern: (z >> 1) ^ (0 &- (z & 1))))
+      case 0x04: return .uint(try varint())
+      case 0x05: return .double(Double(bitPattern: try little(UInt64.self)))
+      case 0x06: return .float(Float(bitPattern: try little(UInt32.self)))
+      case 0x07: return .string(String(decoding: try take(try length()), as: UTF8.self))
+      case 0x08: return .data(Data(try take(try length())))
+      case 0x09: return .date(Date(timeIntervalSinceReferenceDate: Double(bitPattern: try little(UInt64.self))))
+      case 0x0A:
+        let raw = try take(16)
+        var u = UUID().uuid
+        withUnsafeMutableBytes(of: &u) { $0.copyMemory(from: raw) }
+        return .uuid(UUID(uuid: u))
+      case 0x0B:
+        let count = try little(UInt32.self)
+        var fields: [(String, RecordValue)] = []
+        for _ in 0..<count { fields.append(try entry(depth: depth)) }
+        return .object(fields)
+      case 0x0C:
+        let count = try little(UInt32.self)
+        var items: [RecordValue] = []
+        for _ in 0..<count { items.append(try value(depth: depth + 1)) }
+        return .array(items)
+      case let tag where tag == 0x0D || tag == 0x0E:
+        let count = Int(try little(UInt16.self))
+        let table = Int(try little(UInt16.self))
+        let width = tag == 0x0D ? 2 : 1
+        guard table >= 5, start + table + count * width <= bytes.count else {
+          throw fail("an entry table out of bounds")
+        }
+        let end = start + table + count * width
+        // Entries in table order, as every reader takes them.
+        var fields: [(String, RecordValue)] = []
+        for i in 0..<count {
+          let w = start + table + i * width
+          let offset = width == 2 ? Int(bytes[w]) | Int(bytes[w + 1]) << 8 : Int(bytes[w])
+          guard offset >= 5, offset < table else { throw fail("table word \(i) points outside the entries") }
+          var sub = Parser(bytes: UnsafeRawBufferPointer(rebasing: bytes[0..<start + table]), at: start + offset)
+          fields.append(try sub.entry(depth: depth))
+        }
+        at = end
+        return .object(fields)
+      case let tag:
+        at = start
+        throw fail("unknown tag 0x\(String(tag, radix: 16))")
+      }
+    }
+  }
+}
