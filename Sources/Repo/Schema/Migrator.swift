@@ -203,7 +203,7 @@ public final class Migration {
         counts[model, default: (0, 0, 0)].deleted += 1
       case .keep:
         if record != before {
-          try transaction.put(key, try record.recordBytes(), in: model)
+          try transaction.put(key, record.recordBytes(), in: model)
           counts[model, default: (0, 0, 0)].written += 1
         }
       }
