@@ -374,3 +374,31 @@ enum NoteMigrations {
     #expect(states.values.reduce(0, +) == 7, "\(states)")
   }
 }
+
+/// The older fixture (record format 1, FORMAT.md §9.2) migrates too.
+@Suite struct OlderFormatMigrationTests {
+  struct Headline: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+    var id: Int
+    var headline: String
+    var big: UInt64
+    static var storedName: String { "Note" }
+  }
+
+  @Test func aFormat1StoreTakesARenameAndLosesAnIndex() async throws {
+    let folder = try MigrationTests.fixture("records-v1")
+    var steps = Migrator()
+    steps.register("headline") { m in try m.renameField("title", to: "headline", in: "Note") }
+    let store = try Store.open(at: folder.path, schema: Schema([.model(Headline.self)], migrations: steps))
+    defer { try? store.close() }
+    let all = try await store.repository(Headline.self).fetch(FetchDescriptor(sortBy: [SortDescriptor(\.id)]))
+    #expect(
+      all
+        == RecordFormatTests.notes(300).map {
+          Headline(id: $0.id, headline: $0.title, big: $0.big)
+        })
+    #expect(try store.database.snapshot().keyspaces().contains("Note#index:status+title") == false)
+    // The rewritten records are format 2, with entry tables.
+    let first = try #require(try store.database.snapshot().get(try KeyEncoding.encode(0), in: "Note"))
+    #expect(first.first == 2)
+  }
+}

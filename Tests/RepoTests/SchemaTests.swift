@@ -55,6 +55,34 @@ private struct PersonAgeText: Codable, Sendable, Identifiable, Equatable, Indexe
   static var storedName: String { "Person" }
 }
 
+/// v2 with `email` required.
+private struct PersonRequiredEmailV3: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+  var id: Int
+  var name: String
+  var age: Int
+  var email: String
+  static var storedName: String { "Person" }
+  static var schemaVersion: Int { 3 }
+}
+
+/// A default-filled field, at version 1: older than v2.
+private struct PersonWithDefaultV1: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+  var id: Int
+  var name: String
+  var age: Int
+  var email: String?
+  static var storedName: String { "Person" }
+}
+
+/// v1 declared as version 2 (email dropped again).
+private struct PersonV1Again: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+  var id: Int
+  var name: String
+  var age: Int
+  static var storedName: String { "Person" }
+  static var schemaVersion: Int { 2 }
+}
+
 /// v1 plus a required field.
 private struct PersonRequiredEmail: Codable, Sendable, Identifiable, Equatable, IndexedModel {
   var id: Int
@@ -199,7 +227,24 @@ private struct Rich: Codable, Sendable, Identifiable, IndexedModel {
       let e = error as? RepoError
       return e?.code == .schemaMismatch && e?.field == "email" && e?.message.contains("required") == true
     }
-    #expect(try files(folder.path) == before)
+    // A field that stops being optional, over records that lack it.
+    #expect {
+      _ = try Store.open(at: folder.path, schema: Schema([.model(PersonV2.self)])).close()
+      _ = try Store.open(at: folder.path, schema: Schema([.model(PersonRequiredEmailV3.self)]))
+    } throws: { error in
+      let e = error as? RepoError
+      return e?.code == .schemaMismatch && e?.field == "email" && e?.message.contains("no longer optional") == true
+    }
+    // (PersonV2's open recorded its shape: the new baseline.)
+    let afterV2 = try files(folder.path)
+    #expect(afterV2 != before)
+    // A store written by a newer version.
+    #expect {
+      _ = try Store.open(at: folder.path, schema: Schema([.model(PersonWithDefaultV1.self)]))
+    } throws: { ($0 as? RepoError)?.code == .schemaMismatch && "\($0)".contains("newer app") }
+    #expect(try files(folder.path) == afterV2)
+    try Store.open(at: folder.path, schema: Schema([.model(PersonV1Again.self)])).close()
+    let baseline = try files(folder.path)
 
     // Used without a schema, the first use of the repository refuses too:
     // reads and writes alike.
@@ -211,12 +256,12 @@ private struct Rich: Codable, Sendable, Identifiable, IndexedModel {
       try await plain.repository(PersonAgeText.self).insert(PersonAgeText(id: 99, name: "x", age: "x"))
     } throws: { ($0 as? RepoError)?.code == .schemaMismatch }
     try plain.close()
-    #expect(try files(folder.path)["cairn.data"] == before["cairn.data"])
+    #expect(try files(folder.path) == baseline)
 
-    // The old model still reads every record.
-    let back = try Store.open(at: folder.path, schema: Schema([.model(PersonV1.self)]))
+    // The old shape still reads every record.
+    let back = try Store.open(at: folder.path, schema: Schema([.model(PersonV1Again.self)]))
     defer { try? back.close() }
-    #expect(try await back.repository(PersonV1.self).count() == 25)
+    #expect(try await back.repository(PersonV1Again.self).count() == 25)
   }
 
   @Test func anyChangeIsSafeWhileTheModelHasNoRecords() async throws {

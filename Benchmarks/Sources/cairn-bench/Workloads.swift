@@ -133,6 +133,7 @@ enum Workloads {
     Codec(),
     Changes(),
     Processes(),
+    Migration(),
   ]
 
   /// The workload with this id or name.

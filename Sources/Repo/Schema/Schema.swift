@@ -255,7 +255,7 @@ extension ModelAccess {
 
     // Version.
     if let stored {
-      if stored.version > declared.version {
+      if stored.version > declared.version, records > 0 {
         conflict(
           nil,
           "the store holds version \(stored.version) of the model, written by a newer app; this one declares version \(declared.version)"
