@@ -124,10 +124,7 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
   public func removeDirectory(_ path: String) throws {
     let path = Path.normalize(path)
     try lock.withLock { () throws in
-      guard directories.contains(path) else { throw EngineError(.io, "rmdir failed: no such directory", path: path) }
-      guard !files.keys.contains(where: { Path.parent($0) == path }),
-        !directories.contains(where: { $0 != path && Path.parent($0) == path })
-      else { throw EngineError(.io, "rmdir failed: the directory is not empty", path: path) }
+      try Path.checkRemovable(path, files: files.keys, directories: directories)
       directories.remove(path)
       durableDirectories.remove(path)
     }
@@ -181,9 +178,7 @@ public final class MemoryFileSystem: FileSystem, @unchecked Sendable {
     let path = Path.normalize(path)
     return try lock.withLock { () throws in
       guard directories.contains(path) else { throw EngineError(.io, "opendir failed: no such directory", path: path) }
-      let names =
-        files.keys.filter { Path.parent($0) == path } + directories.filter { $0 != path && Path.parent($0) == path }
-      return names.map { String($0.split(separator: "/").last ?? "") }.sorted()
+      return Path.entries(of: path, files: files.keys, directories: directories)
     }
   }
 

@@ -35,20 +35,3 @@ final class Locked<Value>: @unchecked Sendable {
     try lock.withLock { try body(&value) }
   }
 }
-
-/// `/`-separated path helpers, as the engine's own.
-enum Path {
-  static func parent(_ path: String) -> String {
-    var p = path
-    while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
-    guard let slash = p.lastIndex(of: "/") else { return "." }
-    if slash == p.startIndex { return "/" }
-    return String(p[..<slash])
-  }
-
-  static func normalize(_ path: String) -> String {
-    var p = path
-    while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
-    return p
-  }
-}

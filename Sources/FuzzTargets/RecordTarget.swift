@@ -8,6 +8,11 @@
 // decoded need not be canonical themselves: a string that is not NFC, or a
 // NaN with other bits, decodes and is written canonically.)
 //
+// Every record shape (0-3) also reads the bytes as a migration's dynamic
+// view (RecordValue): what parses must write back bytes that parse to the
+// same value and are a fixed point, and a model that decodes from the
+// original decodes equal from what the view wrote.
+//
 // Shapes 8 and up test predicates on the bytes (RecordPredicate.swift):
 // whatever the bytes, the byte-level test must not crash, and where it
 // gives a verdict and the record decodes, evaluating the predicate on the
@@ -171,7 +176,15 @@ public enum RecordTarget: FuzzTarget {
   }
 
   static func roundTripRecord<T: Codable & Equatable>(_ type: T.Type, _ bytes: [UInt8]) {
+    let dynamic = RecordValueCheck.rewritten(bytes)
+    if let dynamic { check(dynamic.stable, "the dynamic view does not write back what it read") }
     guard let value = try? RecordCoding.decode(T.self, from: bytes) else { return }
+    if let dynamic {
+      let viaView = try? RecordCoding.decode(T.self, from: dynamic.written)
+      check(
+        viaView == value || (viaView.flatMap { try? RecordCoding.encode($0) } == (try? RecordCoding.encode(value))),
+        "the dynamic view changed a record: \(value) became \(String(describing: viaView))")
+    }
     do {
       let again = try RecordCoding.encode(value)
       let back = try RecordCoding.decode(T.self, from: again)

@@ -12,40 +12,42 @@ import Testing
     (0..<n).map { Todo(id: $0, title: "t\($0)", done: $0 % 100 != 0, createdAt: day($0)) }
   }
 
+  /// The `limit` newest todos created after day `n`.
+  static func newest(after n: Int, limit: Int) -> FetchDescriptor<Todo> {
+    let cutoff = day(n)
+    var d = FetchDescriptor<Todo>(
+      predicate: #Predicate { $0.createdAt > cutoff }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
+    d.fetchLimit = limit
+    return d
+  }
+
   @Test func aShapeReusesItsPlanWithEachQuerysOwnConstants() async throws {
     let store = try Store.inMemory()
     let todos = store.repository(Todo.self)
     let all = Self.todos(2_000)
     try await todos.insert(contentsOf: all)
 
-    func newest(after n: Int, limit: Int) -> FetchDescriptor<Todo> {
-      let cutoff = day(n)
-      var d = FetchDescriptor<Todo>(
-        predicate: #Predicate { $0.createdAt > cutoff }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
-      d.fetchLimit = limit
-      return d
-    }
     func want(after n: Int, limit: Int) -> [Int] {
       Array(all.filter { $0.createdAt > day(n) }.sorted { $0.createdAt > $1.createdAt }.prefix(limit).map(\.id))
     }
 
     let start = store.plansMade
-    #expect(try await todos.fetch(newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
+    #expect(try await todos.fetch(Self.newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
     #expect(store.plansMade == start + 1)
     for _ in 0..<5 {
-      #expect(try await todos.fetch(newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
+      #expect(try await todos.fetch(Self.newest(after: 1_500, limit: 10)).map(\.id) == want(after: 1_500, limit: 10))
     }
     #expect(store.plansMade == start + 1, "the same query planned again")
 
     // Other constants, the same shape: the plan's choice is reused with
     // each query's own key range, so each gets its own answer.
     for n in [10, 1_990, 1_999, 700, -5] {
-      #expect(try await todos.fetch(newest(after: n, limit: 10)).map(\.id) == want(after: n, limit: 10))
+      #expect(try await todos.fetch(Self.newest(after: n, limit: 10)).map(\.id) == want(after: n, limit: 10))
     }
     #expect(store.plansMade == start + 1)
     // Another window or sort is another plan too.
-    #expect(try await todos.fetch(newest(after: 1_500, limit: 3)).map(\.id) == want(after: 1_500, limit: 3))
-    var ascending = newest(after: 1_500, limit: 10)
+    #expect(try await todos.fetch(Self.newest(after: 1_500, limit: 3)).map(\.id) == want(after: 1_500, limit: 3))
+    var ascending = Self.newest(after: 1_500, limit: 10)
     ascending.sortBy = [SortDescriptor(\.createdAt)]
     let wantAscending = Array(all.filter { $0.createdAt > day(1_500) }.map(\.id).prefix(10))
     #expect(try await todos.fetch(ascending).map(\.id) == wantAscending)
@@ -76,26 +78,19 @@ import Testing
     }
     let built = Set(space.indexes.map(\.index.name))
     let createdAt = space.indexes.first { $0.index.name.hasSuffix("createdAt") }!.keyspace
-    func newest(after n: Int, limit: Int) -> FetchDescriptor<Todo> {
-      let cutoff = day(n)
-      var d = FetchDescriptor<Todo>(
-        predicate: #Predicate { $0.createdAt > cutoff }, sortBy: [SortDescriptor(\.createdAt, order: .reverse)])
-      d.fetchLimit = limit
-      return d
-    }
     func plan(_ d: FetchDescriptor<Todo>) -> (Plan<Todo>, countedIndex: Bool) {
       counted.keyspaces = []
       let p = Planner.plan(d, space: space, built: built, count: count)
       return (p, counted.keyspaces.contains(createdAt))
     }
     // Limit 10: planned (counted), then reused for other constants without a count.
-    let first = plan(newest(after: 1_500, limit: 10))
+    let first = plan(Self.newest(after: 1_500, limit: 10))
     #expect(first.countedIndex)
     guard case .index(_, let r1, true) = first.0.access else {
       Issue.record("not a reverse index read: \(first.0.access)")
       return
     }
-    let again = plan(newest(after: 700, limit: 10))
+    let again = plan(Self.newest(after: 700, limit: 10))
     #expect(!again.countedIndex, "a cached read in order within its limit counted its range")
     guard case .index(_, let r2, true) = again.0.access else {
       Issue.record("not a reverse index read: \(again.0.access)")
@@ -105,8 +100,8 @@ import Testing
     #expect(again.0.ordered && again.0.exact)
     // Limit 1,000 over ranges of 100: planned at cost 100, the limit is
     // past the 8x + 64 a reuse accepts, so the range is counted each time.
-    #expect(plan(newest(after: 1_500, limit: 1_000)).countedIndex)
-    #expect(plan(newest(after: 700, limit: 1_000)).countedIndex)
+    #expect(plan(Self.newest(after: 1_500, limit: 1_000)).countedIndex)
+    #expect(plan(Self.newest(after: 700, limit: 1_000)).countedIndex)
   }
 
   @Test func planningAgainWhenTheRecordsGrowPastAPowerOfTwo() async throws {

@@ -64,7 +64,8 @@ struct Processes: Workload {
     // 3. Opening a store that holds 200K pairs, reading one key, closing it:
     //    what an app extension pays at each launch. For Cairn this includes
     //    recording the handle in the coordination file (what a destroy
-    //    checks), and a read-write handle's checkpoint at close.
+    //    checks), and the close of a read-write handle (which checkpoints
+    //    only a handle that wrote: these do not).
     let opens = c.n(1_000)
     let probe = order[0]
     let tOpen = try time {

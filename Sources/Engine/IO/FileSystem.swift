@@ -232,13 +232,14 @@ final class ReopeningLockFile: LockFile, @unchecked Sendable {
   func close() { unlock() }
 }
 
-/// Path helpers shared by the file systems (paths are plain `/`-separated strings).
-enum Path {
-  static func join(_ directory: String, _ name: String) -> String {
+/// Path helpers shared by the file systems (paths are plain `/`-separated
+/// strings), the in-memory ones of EngineTestSupport included.
+package enum Path {
+  package static func join(_ directory: String, _ name: String) -> String {
     directory.hasSuffix("/") ? directory + name : directory + "/" + name
   }
 
-  static func parent(_ path: String) -> String {
+  package static func parent(_ path: String) -> String {
     var p = path
     while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
     guard let slash = p.lastIndex(of: "/") else { return "." }
@@ -246,9 +247,25 @@ enum Path {
     return String(p[..<slash])
   }
 
-  static func normalize(_ path: String) -> String {
+  package static func normalize(_ path: String) -> String {
     var p = path
     while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
     return p
+  }
+
+  /// The names of the entries of directory `path` in an in-memory file
+  /// system holding `files` and `directories` (full paths), sorted.
+  package static func entries(of path: String, files: some Sequence<String>, directories: Set<String>) -> [String] {
+    let names = files.filter { parent($0) == path } + directories.filter { $0 != path && parent($0) == path }
+    return names.map { String($0.split(separator: "/").last ?? "") }.sorted()
+  }
+
+  /// Throws unless `path` is one of `directories` and nothing of `files`
+  /// or `directories` is in it: what rmdir(2) checks.
+  package static func checkRemovable(_ path: String, files: some Sequence<String>, directories: Set<String>) throws {
+    guard directories.contains(path) else { throw EngineError(.io, "rmdir failed: no such directory", path: path) }
+    guard !files.contains(where: { parent($0) == path }),
+      !directories.contains(where: { $0 != path && parent($0) == path })
+    else { throw EngineError(.io, "rmdir failed: the directory is not empty", path: path) }
   }
 }

@@ -50,10 +50,7 @@ final class VolatileFileSystem: FileSystem, @unchecked Sendable {
   func removeDirectory(_ path: String) throws {
     let path = Path.normalize(path)
     try lock.withLock { () throws in
-      guard directories.contains(path) else { throw EngineError(.io, "rmdir failed: no such directory", path: path) }
-      guard !files.keys.contains(where: { Path.parent($0) == path }),
-        !directories.contains(where: { $0 != path && Path.parent($0) == path })
-      else { throw EngineError(.io, "rmdir failed: the directory is not empty", path: path) }
+      try Path.checkRemovable(path, files: files.keys, directories: directories)
       directories.remove(path)
     }
   }
@@ -94,9 +91,7 @@ final class VolatileFileSystem: FileSystem, @unchecked Sendable {
     let path = Path.normalize(path)
     return try lock.withLock { () throws in
       guard directories.contains(path) else { throw EngineError(.io, "opendir failed: no such directory", path: path) }
-      let names =
-        files.keys.filter { Path.parent($0) == path } + directories.filter { $0 != path && Path.parent($0) == path }
-      return names.map { String($0.split(separator: "/").last ?? "") }.sorted()
+      return Path.entries(of: path, files: files.keys, directories: directories)
     }
   }
 }

@@ -52,3 +52,20 @@ public enum LayoutDecodingCheck {
     return withUnsafePointer(to: model) { RecordEncoder.encode(layout: layout, UnsafeRawPointer($0)) }
   }
 }
+
+/// For the record fuzz target only: a record read as a ``RecordValue`` (what
+/// a migration step sees without the model's type) and written back.
+@_spi(Fuzzing)
+public enum RecordValueCheck {
+  /// The bytes the dynamic view writes back for `record`, or nil when it
+  /// does not parse. Whatever parses must write bytes that parse to the
+  /// same value and write themselves again (a fixed point).
+  public static func rewritten(_ record: [UInt8]) -> (written: [UInt8], stable: Bool)? {
+    guard let value = try? record.withUnsafeBytes({ try RecordValue.parse(record: $0) }) else { return nil }
+    let written = value.recordBytes()
+    guard let again = try? written.withUnsafeBytes({ try RecordValue.parse(record: $0) }) else {
+      return (written, false)
+    }
+    return (written, again == value && again.recordBytes() == written)
+  }
+}
