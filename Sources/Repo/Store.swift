@@ -193,7 +193,10 @@ public final class Store: Sendable {
     let snapshot = try database.snapshot()
     let plans = try schema.models.map { try $0.plan(self, snapshot) }
     let conflicted = plans.contains { !$0.conflicts.isEmpty }
-    if conflicted, schema.onIncompatibleChange == .fail, let error = plans.first(where: { $0.error != nil })?.error {
+    // A read-only handle cannot erase either.
+    if conflicted, schema.onIncompatibleChange == .fail || database.isReadOnly,
+      let error = plans.first(where: { $0.error != nil })?.error
+    {
       throw error
     }
     if plans.allSatisfy(\.isCurrent) || database.isReadOnly {

@@ -229,6 +229,37 @@ enum NoteMigrations {
     #expect(steps == NoteMigrations.v3Steps.names)
   }
 
+  @Test func aNewStoreRunsEveryStepOnNothingAndRecordsThem() async throws {
+    let folder = TempFolder()
+    let store = try Store.open(
+      at: folder.path, schema: Schema([.model(NoteV3.self)], migrations: NoteMigrations.v3Steps))
+    #expect(store.schemaChanges.filter { $0.kind == .migrated }.count == 2)
+    try await store.repository(NoteV3.self).insert(NoteMigrations.v3(1))
+    try store.close()
+    let again = try Store.open(
+      at: folder.path, schema: Schema([.model(NoteV3.self)], migrations: NoteMigrations.v3Steps))
+    defer { try? again.close() }
+    #expect(again.schemaChanges.isEmpty)
+    #expect(try await again.repository(NoteV3.self).get(1) == NoteMigrations.v3(1))
+  }
+
+  @Test func aReadOnlyHandleNeitherMigratesNorErases() async throws {
+    let folder = try Self.fixture("notes-v1")
+    var readOnly = Options()
+    readOnly.readOnly = true
+    #expect {
+      _ = try Store.open(
+        at: folder.path, options: readOnly, schema: Schema([.model(NoteV3.self)], migrations: NoteMigrations.v3Steps))
+    } throws: { ($0 as? RepoError)?.code == .schemaMismatch && "\($0)".contains("read-only") }
+    #expect {
+      _ = try Store.open(
+        at: folder.path, options: readOnly, schema: Schema([.model(NoteV3.self)], onIncompatibleChange: .eraseStore))
+    } throws: { ($0 as? RepoError)?.code == .schemaMismatch }
+    let v1 = try Store.open(at: folder.path, schema: Schema([.model(NoteV1.self)]))
+    defer { try? v1.close() }
+    #expect(try await v1.repository(NoteV1.self).count() == 200)
+  }
+
   @Test func badStepNamesAreATypedError() throws {
     var m = Migrator()
     m.register("a") { _ in }
