@@ -37,6 +37,11 @@ public final class Database: Sendable {
   let options: Options
   /// Whether the store was opened read-only (``Options/readOnly``).
   public var isReadOnly: Bool { options.readOnly }
+
+  /// Whether a write transaction, checkpoint, compaction or close that
+  /// began on the calling thread is under way: a write begun now on this
+  /// thread would wait for it forever.
+  public var isWritingOnCurrentThread: Bool { gate.heldByCurrentThread }
   let fs: any FileSystem
   let storeID: [UInt8]
   let dataPath: String

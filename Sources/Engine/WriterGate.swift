@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
 /// What the next write transaction starts from: the writer's own view of
 /// the store, ahead of what snapshots see while commits wait for their fsync.
 ///
@@ -33,6 +39,8 @@ final class WriterGate: @unchecked Sendable {
   private let lock = Lock()
   private let condition = Condition()
   private var held = false
+  /// The thread that took the gate, while it is held.
+  private var holder: pthread_t?
   private var state: WriterState
 
   init(_ state: WriterState) { self.state = state }
@@ -42,14 +50,22 @@ final class WriterGate: @unchecked Sendable {
     lock.withLock {
       while held { condition.wait(lock) }
       held = true
+      holder = pthread_self()
     }
     return Hold(gate: self)
+  }
+
+  /// Whether the gate is held by a hold taken on the calling thread: a
+  /// second ``acquire()`` here would wait forever.
+  var heldByCurrentThread: Bool {
+    lock.withLock { held && holder.map { pthread_equal($0, pthread_self()) != 0 } == true }
   }
 
   fileprivate func open() {
     lock.withLock {
       precondition(held, "releasing a writer gate that is not held")
       held = false
+      holder = nil
       condition.signal()
     }
   }

@@ -293,7 +293,9 @@ public final class Store: Sendable {
       access.schemaSettled.store(true, ordering: .releasing)
       return
     }
-    if pthread_getspecific(Store.writingKey) == Unmanaged.passUnretained(self).toOpaque() { return }
+    // A write begun on this thread (the store's, or the engine's directly)
+    // would deadlock: that transaction's own repositories apply it.
+    if database.isWritingOnCurrentThread { return }
     do {
       let changes = try writeNow { tx in
         let plan = try access.schemaPlan(tx.transaction)
@@ -306,14 +308,6 @@ public final class Store: Sendable {
     }
     access.schemaSettled.store(true, ordering: .releasing)
   }
-
-  /// The thread-specific key marking a thread inside `writeNow` (its
-  /// value: the store, unretained).
-  static let writingKey: pthread_key_t = {
-    var key = pthread_key_t()
-    pthread_key_create(&key, nil)
-    return key
-  }()
 
   /// Runs `body` in one write transaction and commits it; if `body` throws,
   /// every change it made, in every repository, is rolled back.
@@ -336,10 +330,7 @@ public final class Store: Sendable {
   /// ``write(_:)`` without `async`: blocks the calling thread until committed.
   @discardableResult
   public func writeNow<T>(_ body: (StoreTransaction) throws -> T) throws -> T {
-    let previous = pthread_getspecific(Store.writingKey)
-    pthread_setspecific(Store.writingKey, Unmanaged.passUnretained(self).toOpaque())
-    defer { pthread_setspecific(Store.writingKey, previous) }
-    return try database.write(trackingChanges: history != nil) { tx in
+    try database.write(trackingChanges: history != nil) { tx in
       let result = try body(StoreTransaction(store: self, transaction: tx))
       if let history { try HistoryLog.record(tx, history) }
       return result

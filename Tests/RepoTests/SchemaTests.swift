@@ -359,6 +359,19 @@ private struct Rich: Codable, Sendable, Identifiable, IndexedModel {
     #expect(try await store.repository(PersonIndexed.self).count() == 1)
   }
 
+  @Test func aFirstReadInsideAnEngineWriteDoesNotWaitForIt() async throws {
+    let store = try Store.inMemory()
+    try store.database.write { tx in
+      try tx.put([1], [1], in: "raw")
+      // The check would need a write, which this thread's open one blocks:
+      // the read goes on unchecked-and-unapplied instead of waiting forever.
+      #expect(try store.read { try $0.repository(PersonIndexed.self).count() } == 0)
+    }
+    #expect(try store.recordedShapes()["Person"] == nil)
+    #expect(try await store.repository(PersonIndexed.self).count() == 0)
+    #expect(try store.recordedShapes()["Person"] != nil)
+  }
+
   @Test func aStoreFromANewerAppIsRefused() async throws {
     let folder = TempFolder()
     let v2 = try Store.open(at: folder.path, schema: Schema([.model(PersonV2.self)]))
