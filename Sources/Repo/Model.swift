@@ -30,6 +30,9 @@ public protocol IndexedModel {
   /// written by a newer build of the app — is refused with
   /// ``RepoError/Code/schemaMismatch``. Default: 1.
   static var schemaVersion: Int { get }
+  /// The model's references to other models, each with what happens to
+  /// this model's records when the record they refer to is deleted.
+  static var relationships: [Relationship<Self>] { get }
 }
 
 extension IndexedModel {
@@ -37,6 +40,7 @@ extension IndexedModel {
   public static var storedName: String { String(describing: Self.self) }
   public static var recordDecoding: RecordDecoding { .automatic }
   public static var schemaVersion: Int { 1 }
+  public static var relationships: [Relationship<Self>] { [] }
 }
 
 /// An index over one or more key paths of a model.
@@ -248,6 +252,8 @@ final class ModelSpace<M>: @unchecked Sendable {
   let indexes: [ResolvedIndex<M>]
   /// The same indexes as the write path uses them (see `IndexWriter`).
   let writers: [IndexWriter]
+  /// The declared relationships, with their inverse indexes' keyspaces.
+  let relationships: [(relationship: Relationship<M>, indexKeyspace: String)]
   let counters: RepoCounters
   /// Plans made for this model's queries.
   let plans = PlanCache()
@@ -266,7 +272,20 @@ final class ModelSpace<M>: @unchecked Sendable {
     self.name = name
     records = name
     meta = name + "#meta"
-    let declared = Self.declaredIndexes(M.self)
+    let declaredRelationships = Self.declaredRelationships(M.self)
+    let declared = Self.declaredIndexes(M.self) + declaredRelationships.map(\.index)
+    var names = Set<String>()
+    for r in declaredRelationships {
+      guard !r.name.isEmpty, names.insert(r.name).inserted else {
+        throw RepoError(.invalidRelationship, "relationship \"\(r.name)\" is unnamed or declared twice", model: name)
+      }
+      if r.deleteRule == .nullify && !r.optional {
+        throw RepoError(
+          .invalidRelationship, "relationship \(r.name) is required, so a delete cannot nullify it", model: name,
+          field: r.name)
+      }
+    }
+    relationships = declaredRelationships.map { ($0, name + "#index:" + $0.index.name) }
     var seen = Set<String>()
     var resolved: [ResolvedIndex<M>] = []
     for index in declared {
@@ -294,5 +313,12 @@ final class ModelSpace<M>: @unchecked Sendable {
 
   private static func open<T: IndexedModel>(_: T.Type) -> [Index<M>] {
     (T.indexes as? [Index<M>]) ?? []
+  }
+
+  /// `M.relationships` if M is an IndexedModel.
+  static func declaredRelationships(_ type: M.Type) -> [Relationship<M>] {
+    guard let indexed = M.self as? any IndexedModel.Type else { return [] }
+    func open<T: IndexedModel>(_: T.Type) -> [Relationship<M>] { (T.relationships as? [Relationship<M>]) ?? [] }
+    return open(indexed)
   }
 }

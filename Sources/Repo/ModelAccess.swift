@@ -24,15 +24,24 @@ where M.ID: Codable & Hashable & Sendable {
   /// brought up to date, where the handle can write).
   let schemaSettled = Atomic<Bool>(false)
 
-  init(space: ModelSpace<M>) {
+  /// The relationships among the store's models.
+  let graph: RelationshipGraph
+
+  init(space: ModelSpace<M>, graph: RelationshipGraph = RelationshipGraph()) {
     self.space = space
+    self.graph = graph
     layoutProof = LayoutProofs.shared.proof(for: M.self)
     layout = layoutProof.layout
+    let relationships = space.relationships.map {
+      RelationshipShape(
+        name: $0.relationship.name, keyPath: "\($0.relationship.keyPath)", target: $0.relationship.target,
+        deleteRule: $0.relationship.deleteRule, optional: $0.relationship.optional)
+    }
     shape = ModelShape.of(
       M.self, name: space.name,
       indexes: space.indexes.map {
         IndexShape(name: $0.index.name, keyPaths: $0.index.keyPaths.map { "\($0)" }, unique: $0.index.unique)
-      })
+      }, relationships: relationships.isEmpty ? nil : relationships)
   }
 
   // MARK: Encoding
@@ -400,6 +409,7 @@ where M.ID: Codable & Hashable & Sendable {
   // MARK: Writing
 
   func insert(_ model: M, _ tx: WriteTransaction) throws {
+    if !space.relationships.isEmpty { try checkReferences(model, tx) }
     let k = try key(model.id)
     let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
     // Stored only if its id is free: the duplicate check and the write are
@@ -411,6 +421,7 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {
+    if !space.relationships.isEmpty { try checkReferences(model, tx) }
     let k = try key(model.id)
     guard let old = try tx.get(k, in: space.records) else {
       throw RepoError(.notFound, "no record with this id", model: space.name, id: "\(model.id)")
@@ -419,6 +430,7 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func upsert(_ model: M, _ tx: WriteTransaction) throws {
+    if !space.relationships.isEmpty { try checkReferences(model, tx) }
     let k = try key(model.id)
     if let old = try tx.get(k, in: space.records) {
       try write(model, key: k, old: try decode(old, key: k), tx)
@@ -493,6 +505,10 @@ where M.ID: Codable & Hashable & Sendable {
   @discardableResult
   func delete(_ id: M.ID, _ tx: WriteTransaction) throws -> Bool {
     let k = try key(id)
+    if try graph.mayBeReferenced(space.name, tx) {
+      guard try tx.contains(k, in: space.records) else { return false }
+      return try graph.delete(space.name, keys: [k], tx) == 1
+    }
     guard let old = try tx.get(k, in: space.records) else { return false }
     try removeIndexEntries(of: try decode(old, key: k), key: k, tx)
     try tx.delete(k, in: space.records)
@@ -509,6 +525,14 @@ where M.ID: Codable & Hashable & Sendable {
   /// O(height) whatever the number of records.
   @discardableResult
   func deleteAll(_ tx: WriteTransaction) throws -> Int {
+    if try graph.mayBeReferenced(space.name, tx) {
+      var keys: [[UInt8]] = []
+      try tx.cursor(in: space.records, range: .all).forEach { k, _ in
+        keys.append(Array(k))
+        return true
+      }
+      return try graph.delete(space.name, keys: keys, tx)
+    }
     let n = try tx.deleteRange(.all, in: space.records)
     for i in space.indexes { try tx.deleteRange(.all, in: i.keyspace) }
     return Int(n)
@@ -524,6 +548,15 @@ where M.ID: Codable & Hashable & Sendable {
   func delete(matching predicate: Predicate<M>?, _ tx: WriteTransaction, built: Set<String>) throws -> Int {
     if predicate == nil { return try deleteAll(tx) }
     let plan = Planner.plan(FetchDescriptor(predicate: predicate), space: space, built: built, count: counter(tx))
+    if try graph.mayBeReferenced(space.name, tx) {
+      let matches = filter(predicate, exact: plan.exact, tx)
+      var keys: [[UInt8]] = []
+      try scan(plan, tx) { key, bytes, _ in
+        _ = try match(matches, key, bytes) { _ in keys.append(Array(key)) }
+        return true
+      }
+      return try graph.delete(space.name, keys: keys, tx)
+    }
     let scannedIndex: ModelSpace<M>.ResolvedIndex<M>?
     if case .index(let i, _, _) = plan.access { scannedIndex = i } else { scannedIndex = nil }
     let scannedKeyspace = scannedIndex?.keyspace ?? space.records
@@ -665,4 +698,61 @@ func describeRecordKey(_ key: [UInt8]) -> String {
     return s
   }
   return key.map { String(format: "%02x", $0) }.joined()
+}
+
+// MARK: Relationships
+
+extension ModelAccess {
+  /// Tells `graph` how to delete this model's records and what this
+  /// model's relationships do when the records they refer to go.
+  func register(in graph: RelationshipGraph) {
+    graph.registerDeleter(space.name) { [unowned self] tx, key in _ = try self.deleteRecord(key, tx) }
+    let edges = space.relationships.map { r in
+      let rel = r.relationship
+      return (
+        target: rel.target,
+        edge: RelationshipGraph.Edge(
+          source: space.name, name: rel.name, rule: rel.deleteRule, indexKeyspace: r.indexKeyspace,
+          delete: { [unowned self] tx, key in _ = try self.deleteRecord(key, tx) },
+          nullify: { [unowned self] tx, key in try self.nullify(key, rel, tx) })
+      )
+    }
+    graph.register(source: space.name, edges: edges)
+  }
+
+  /// Deletes the record with key `k` and its index entries, following no
+  /// relationship (RelationshipGraph.delete decides what goes).
+  @discardableResult
+  func deleteRecord(_ k: [UInt8], _ tx: WriteTransaction) throws -> Bool {
+    guard let old = try tx.get(k, in: space.records) else { return false }
+    try removeIndexEntries(of: try decode(old, key: k), key: k, tx)
+    try tx.delete(k, in: space.records)
+    return true
+  }
+
+  /// Sets reference `rel` of the record with key `k` to nil. Its other
+  /// references are not checked: one may dangle by its own rule.
+  func nullify(_ k: [UInt8], _ rel: Relationship<M>, _ tx: WriteTransaction) throws {
+    guard let clear = rel.clear, let bytes = try tx.get(k, in: space.records) else { return }
+    let old = try decode(bytes, key: k)
+    var new = old
+    clear(&new)
+    try write(new, key: k, old: old, tx)
+  }
+
+  /// Throws ``RepoError/Code/missingReference`` if a reference of `model`
+  /// names a record that does not exist.
+  func checkReferences(_ model: M, _ tx: WriteTransaction) throws {
+    try withUnsafePointer(to: model) { p in
+      for r in space.relationships where !r.relationship.allowsDangling {
+        let rel = r.relationship
+        guard let ref = try rel.reference(UnsafeRawPointer(p)) else { continue }
+        if try !tx.contains(ref, in: rel.target) {
+          throw RepoError(
+            .missingReference, "it refers to \(rel.target) \(describeRecordKey(ref)), which does not exist",
+            model: space.name, id: "\(model.id)", field: rel.name)
+        }
+      }
+    }
+  }
 }

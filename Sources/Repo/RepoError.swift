@@ -34,6 +34,15 @@ public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
     case schemaMismatch
     /// A ``Migrator``'s steps are unusable: a name empty or registered twice.
     case invalidMigration
+    /// An insert or update refers to a record that does not exist, through
+    /// a ``Relationship`` that does not allow dangling references.
+    case missingReference
+    /// A delete was refused: a record refers to it through a relationship
+    /// whose rule is ``DeleteRule/deny``. Nothing was deleted.
+    case deleteDenied
+    /// A relationship cannot be declared or followed as it is (a nullify
+    /// rule on a required reference; a referring model the store has not seen).
+    case invalidRelationship
   }
 
   /// What kind of failure this is.

@@ -170,6 +170,7 @@ public final class Store: Sendable {
 
   func noteSchemaChanges(_ changes: [SchemaChange]) {
     guard !changes.isEmpty else { return }
+    spaces.graph.shapesChanged()
     schemaLog.withLock { $0 += changes }
   }
 
@@ -407,6 +408,8 @@ final class SpaceCache: @unchecked Sendable {
   /// repository of the type, so making a repository allocates nothing).
   private var accesses: [ObjectIdentifier: AnyObject] = [:]
   let counters: RepoCounters
+  /// The relationships among the models of `accesses`.
+  let graph = RelationshipGraph()
 
   init(counters: RepoCounters) { self.counters = counters }
 
@@ -423,8 +426,9 @@ final class SpaceCache: @unchecked Sendable {
     defer { lock.unlock() }
     // Safe: the entry of this identifier is a ModelAccess<M>.
     if let a = accesses[ObjectIdentifier(type)] { return unsafeDowncast(a, to: ModelAccess<M>.self) }
-    let a = ModelAccess(space: try space(type))
+    let a = ModelAccess(space: try space(type), graph: graph)
     accesses[ObjectIdentifier(type)] = a
+    a.register(in: graph)
     return a
   }
 

@@ -21,11 +21,13 @@ public struct ModelShape: Codable, Equatable, Sendable, CustomStringConvertible 
   public var retired: [FieldShape]
   /// The declared indexes.
   public var indexes: [IndexShape]
+  /// The declared relationships (absent in shapes recorded before them).
+  public var relationships: [RelationshipShape]?
 
   /// Creates a shape.
   public init(
     model: String, version: Int, fields: [FieldShape]?, unknownReason: String? = nil, retired: [FieldShape] = [],
-    indexes: [IndexShape]
+    indexes: [IndexShape], relationships: [RelationshipShape]? = nil
   ) {
     self.model = model
     self.version = version
@@ -33,6 +35,7 @@ public struct ModelShape: Codable, Equatable, Sendable, CustomStringConvertible 
     self.unknownReason = unknownReason
     self.retired = retired
     self.indexes = indexes
+    self.relationships = relationships
   }
 
   public var description: String {
@@ -43,6 +46,7 @@ public struct ModelShape: Codable, Equatable, Sendable, CustomStringConvertible 
       lines.append("  fields unknown: \(unknownReason ?? "not recorded")")
     }
     lines += indexes.map { "  \($0)" }
+    lines += (relationships ?? []).map { "  \($0)" }
     return lines.joined(separator: "\n")
   }
 }
@@ -92,16 +96,47 @@ public struct IndexShape: Codable, Equatable, Sendable, CustomStringConvertible 
   }
 }
 
+/// One relationship of a ``ModelShape``.
+public struct RelationshipShape: Codable, Equatable, Sendable, CustomStringConvertible {
+  /// The relationship's name.
+  public var name: String
+  /// The property holding the reference, described (`\Post.authorID`).
+  public var keyPath: String
+  /// The stored name of the model referred to.
+  public var target: String
+  /// What deleting a referred-to record does.
+  public var deleteRule: DeleteRule
+  /// Whether the reference may be nil.
+  public var optional: Bool
+
+  /// Creates a relationship shape.
+  public init(name: String, keyPath: String, target: String, deleteRule: DeleteRule, optional: Bool) {
+    self.name = name
+    self.keyPath = keyPath
+    self.target = target
+    self.deleteRule = deleteRule
+    self.optional = optional
+  }
+
+  public var description: String {
+    "relationship \(name): \(keyPath) → \(target)\(optional ? "?" : ""), on delete \(deleteRule.rawValue)"
+  }
+}
+
 extension ModelShape {
   /// The shape of `M` as this build of the app declares it, proven by
   /// decoding probes through `M`'s own `init(from:)` (FieldProof's probe):
   /// every field it asks for, with the type it asks for, and whether a
   /// probe without the field still decodes.
-  static func of<M: Decodable>(_: M.Type, name: String, indexes: [IndexShape]) -> ModelShape {
+  static func of<M: Decodable>(
+    _: M.Type, name: String, indexes: [IndexShape], relationships: [RelationshipShape]? = nil
+  ) -> ModelShape {
     let version = (M.self as? any IndexedModel.Type)?.schemaVersion ?? 1
     let run = ProbeRun<M>(enumValues: [], shape: true)
     if let failure = run.failure {
-      return ModelShape(model: name, version: version, fields: nil, unknownReason: failure, indexes: indexes)
+      return ModelShape(
+        model: name, version: version, fields: nil, unknownReason: failure, indexes: indexes,
+        relationships: relationships)
     }
     let session = run.session
     var nodes: [(path: [String], type: String)] = session.containers.map { ($0.path, $0.array ? "array" : "object") }
@@ -119,7 +154,8 @@ extension ModelShape {
         path: render(node.path), type: node.type,
         optional: node.path.last != "[]" && tolerates(M.self, session, missing: node.path))
     }
-    return ModelShape(model: name, version: version, fields: fields, indexes: indexes)
+    return ModelShape(
+      model: name, version: version, fields: fields, indexes: indexes, relationships: relationships)
   }
 
   /// Whether `M` decodes a probe without the field at `path`.

@@ -1,0 +1,230 @@
+import Engine
+import Foundation
+
+/// What deleting a record does to the records that refer to it (``Relationship``).
+public enum DeleteRule: String, Sendable, Codable {
+  /// They are deleted too (and what refers to them, by their own rules).
+  case cascade
+  /// Their reference is set to nil (optional references only).
+  case nullify
+  /// The delete is refused (``RepoError/Code/deleteDenied``) while any refers to it.
+  case deny
+  /// Nothing: they keep a reference to a record that is gone.
+  case noAction
+}
+
+/// A reference from one model to another: a stored property holding the
+/// other model's id (to-one), served the other way (to-many) by an index
+/// kept in the same transaction — never a stored array that can drift.
+///
+/// ```swift
+/// struct Post: Codable, Sendable, Identifiable, IndexedModel {
+///   var id: Int
+///   var authorID: Int           // required: every post has an author
+///   var editorID: Int?          // optional
+///   static let relationships: [Relationship<Post>] = [
+///     .to(Author.self, by: \.authorID, onDelete: .cascade),
+///     .to(Author.self, by: \.editorID, onDelete: .nullify),
+///   ]
+/// }
+/// ```
+///
+/// Inserting or updating a record whose reference names a missing record is
+/// ``RepoError/Code/missingReference``, unless the relationship allows
+/// dangling references. Deleting a record another model refers to applies
+/// each relationship's ``DeleteRule`` in the same transaction, through
+/// chains and cycles: every `deny` is checked first (a refused delete
+/// changes nothing), then cascades and nullifications run.
+///
+/// The store knows a relationship once it has seen its model: list every
+/// model in the ``Schema`` the store is opened with. A delete that a model
+/// the store has not seen in this process would have to follow (its
+/// recorded shape names the relationship) is refused with
+/// ``RepoError/Code/invalidRelationship`` rather than left half done.
+public struct Relationship<Model>: @unchecked Sendable {
+  // Safe: key paths are immutable; the closures capture only key paths.
+
+  /// The relationship's name: part of its index's keyspace, so keep it
+  /// stable. Default: the key path's last component.
+  public let name: String
+  /// The stored name of the model referred to.
+  public let target: String
+  /// What deleting a referred-to record does.
+  public let deleteRule: DeleteRule
+  /// Whether the reference may be nil.
+  public let optional: Bool
+  /// Whether a reference may name a record that does not exist.
+  public let allowsDangling: Bool
+  /// The property holding the reference.
+  public let keyPath: AnyKeyPath
+  /// The inverse index: the records that refer to a given one, in one range.
+  let index: Index<Model>
+  /// The record key the model at the pointer refers to; nil for a nil reference.
+  let reference: (UnsafeRawPointer) throws -> [UInt8]?
+  /// Sets the reference to nil, for an optional one.
+  let clear: ((inout Model) -> Void)?
+
+  /// A required reference to a `Target` record, by its id.
+  public static func to<Target: Identifiable>(
+    _ target: Target.Type, by keyPath: WritableKeyPath<Model, Target.ID>, onDelete rule: DeleteRule = .deny,
+    allowsDangling: Bool = false, name: String? = nil
+  ) -> Relationship where Target.ID: Encodable {
+    let name = name ?? Index<Model>.componentName(keyPath)
+    return Relationship(
+      name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: false,
+      allowsDangling: allowsDangling, keyPath: keyPath, index: .index(keyPath, name: Self.indexName(name)),
+      reference: { p in try KeyEncoding.encode(p.assumingMemoryBound(to: Model.self).pointee[keyPath: keyPath]) },
+      clear: nil)
+  }
+
+  /// An optional reference to a `Target` record, by its id.
+  public static func to<Target: Identifiable>(
+    _ target: Target.Type, by keyPath: WritableKeyPath<Model, Target.ID?>, onDelete rule: DeleteRule = .nullify,
+    allowsDangling: Bool = false, name: String? = nil
+  ) -> Relationship where Target.ID: Encodable {
+    let name = name ?? Index<Model>.componentName(keyPath)
+    return Relationship(
+      name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: true,
+      allowsDangling: allowsDangling, keyPath: keyPath, index: .index(keyPath, name: Self.indexName(name)),
+      reference: { p in
+        guard let id = p.assumingMemoryBound(to: Model.self).pointee[keyPath: keyPath] else { return nil }
+        return try KeyEncoding.encode(id)
+      },
+      clear: { $0[keyPath: keyPath] = nil })
+  }
+
+  /// The name of the inverse index of relationship `name`.
+  static func indexName(_ name: String) -> String { "ref." + name }
+}
+
+/// The relationships among the models a store has seen, by the model
+/// they refer to, and the deletes that follow them.
+final class RelationshipGraph: @unchecked Sendable {
+  // Safe: `edges` and `recorded` are guarded by `lock`.
+
+  /// One relationship, seen from the model it refers to.
+  struct Edge {
+    let source: String
+    let name: String
+    let rule: DeleteRule
+    /// Keyspace of the source's inverse index: key = the reference's key
+    /// encoding (the target's record key), then the source record key.
+    let indexKeyspace: String
+    /// Deletes the source record with this key, with its index entries (no rules).
+    let delete: (WriteTransaction, [UInt8]) throws -> Void
+    /// Sets the reference of the source record with this key to nil.
+    let nullify: (WriteTransaction, [UInt8]) throws -> Void
+  }
+
+  private let lock = NSLock()
+  private var edges: [String: [Edge]] = [:]
+  private var sources = Set<String>()
+  /// Per target, the models whose recorded shapes refer to it; nil until read.
+  private var recorded: [String: Set<String>]?
+  /// Deletes of a target's own records (no rules), by target.
+  private var deleters: [String: (WriteTransaction, [UInt8]) throws -> Void] = [:]
+
+  func register(source: String, edges new: [(target: String, edge: Edge)]) {
+    lock.withLock {
+      guard sources.insert(source).inserted else { return }
+      for (target, edge) in new { edges[target, default: []].append(edge) }
+    }
+  }
+
+  /// Notes how to delete a record of `model` by key, without rules.
+  func registerDeleter(_ model: String, _ delete: @escaping (WriteTransaction, [UInt8]) throws -> Void) {
+    lock.withLock { if deleters[model] == nil { deleters[model] = delete } }
+  }
+
+  /// Forgets the recorded shapes read so far (a shape was recorded).
+  func shapesChanged() { lock.withLock { recorded = nil } }
+
+  func incoming(_ target: String) -> [Edge] { lock.withLock { edges[target] ?? [] } }
+
+  /// Whether deleting records of `target` may have to follow a relationship:
+  /// one registered, or one a recorded shape names.
+  func mayBeReferenced(_ target: String, _ reader: some KeyValueReader) throws -> Bool {
+    if !incoming(target).isEmpty { return true }
+    return !(try recordedSources(target, reader)).isEmpty
+  }
+
+  private func recordedSources(_ target: String, _ reader: some KeyValueReader) throws -> Set<String> {
+    if let known = lock.withLock({ recorded }) { return known[target] ?? [] }
+    var found: [String: Set<String>] = [:]
+    for keyspace in try reader.keyspaces() where keyspace.hasSuffix("#meta") && !keyspace.hasPrefix("#") {
+      guard let bytes = try reader.get(schemaMetaKey, in: keyspace),
+        let shape = try? JSONDecoder().decode(ModelShape.self, from: Data(bytes))
+      else { continue }
+      for r in shape.relationships ?? [] where r.deleteRule != .noAction {
+        found[r.target, default: []].insert(shape.model)
+      }
+    }
+    lock.withLock { recorded = found }
+    return found[target] ?? []
+  }
+
+  /// Deletes the records of `target` with keys `keys` and applies every
+  /// delete rule that follows, in `tx`: first every record a cascade
+  /// reaches is found (each once, so cycles end) and every `deny` checked
+  /// against them — a refusal changes nothing — then references are
+  /// nullified and the records deleted. Returns how many records of
+  /// `target` went.
+  func delete(_ target: String, keys: [[UInt8]], _ tx: WriteTransaction) throws -> Int {
+    // Relationships a recorded shape names but this process has not seen.
+    for source in try recordedSources(target, tx) where !lock.withLock({ sources.contains(source) }) {
+      throw RepoError(
+        .invalidRelationship,
+        "model \(source) refers to \(target), but this store has not seen \(source): list it in the Schema the store is opened with",
+        model: target)
+    }
+    let edges = lock.withLock { self.edges }
+    func incoming(_ model: String) -> [Edge] { edges[model] ?? [] }
+    // 1. What the cascades reach.
+    var doomed: [String: Set<[UInt8]>] = [target: Set(keys)]
+    var queue: [(String, [UInt8])] = keys.map { (target, $0) }
+    var order: [(String, [UInt8])] = queue
+    while let (model, key) = queue.popLast() {
+      for edge in incoming(model) where edge.rule == .cascade {
+        for source in try referrers(edge, key, tx) where doomed[edge.source, default: []].insert(source).inserted {
+          queue.append((edge.source, source))
+          order.append((edge.source, source))
+        }
+      }
+    }
+    // 2. Denials, and who to nullify.
+    var nullify: [(Edge, [UInt8])] = []
+    for (model, key) in order {
+      for edge in incoming(model) where edge.rule == .deny || edge.rule == .nullify {
+        for source in try referrers(edge, key, tx) where !(doomed[edge.source]?.contains(source) ?? false) {
+          if edge.rule == .deny {
+            throw RepoError(
+              .deleteDenied,
+              "a \(edge.source) record (\(describeRecordKey(source))) refers to it through \(edge.name), whose rule is deny",
+              model: model, id: describeRecordKey(key), field: edge.name)
+          }
+          nullify.append((edge, source))
+        }
+      }
+    }
+    // 3. Changes.
+    for (edge, source) in nullify { try edge.nullify(tx, source) }
+    let deleteOwn = lock.withLock { deleters }
+    for (model, key) in order {
+      guard let delete = deleteOwn[model] else {
+        throw RepoError(.invalidRelationship, "no repository of \(model) to delete through", model: model)
+      }
+      try delete(tx, key)
+    }
+    return keys.count
+  }
+
+  /// The source record keys whose reference through `edge` is `key`.
+  private func referrers(_ edge: Edge, _ key: [UInt8], _ tx: WriteTransaction) throws -> [[UInt8]] {
+    var found: [[UInt8]] = []
+    try tx.cursor(in: edge.indexKeyspace, range: .prefix(key)).forEach { _, value in
+      found.append(Array(value))
+      return true
+    }
+    return found
+  }
+}
