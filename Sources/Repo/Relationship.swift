@@ -114,6 +114,13 @@ final class RelationshipGraph: @unchecked Sendable {
     let delete: (WriteTransaction, [UInt8]) throws -> Void
     /// Sets the reference of the source record with this key to nil.
     let nullify: (WriteTransaction, [UInt8]) throws -> Void
+    /// Whether the inverse index is the source's only index: then the
+    /// records a cascade reaches through it go with one range delete of the
+    /// index per referred-to record and a plain delete per record, nothing
+    /// decoded.
+    let onlyIndex: Bool
+    /// The source's records keyspace.
+    let records: String
   }
 
   private let lock = NSLock()
@@ -182,40 +189,100 @@ final class RelationshipGraph: @unchecked Sendable {
     // 1. What the cascades reach.
     var doomed: [String: Set<[UInt8]>] = [target: Set(keys)]
     var queue: [(String, [UInt8])] = keys.map { (target, $0) }
-    var order: [(String, [UInt8])] = queue
+    /// Every doomed record, by model, in the order found.
+    var found: [String: [[UInt8]]] = [target: keys]
+    // Models whose doomed records all come through one cascade edge that is
+    // their only index (and that are not the model deleted from), with the
+    // referred-to keys whose ranges of that index go.
+    var ranged: [String: Edge] = [:]
+    var rangeKeys: [String: [[UInt8]]] = [:]
+    var unranged: Set<String> = [target]
     while let (model, key) = queue.popLast() {
       for edge in incoming(model) where edge.rule == .cascade {
+        var reached = false
         for source in try referrers(edge, key, tx) where doomed[edge.source, default: []].insert(source).inserted {
           queue.append((edge.source, source))
-          order.append((edge.source, source))
+          found[edge.source, default: []].append(source)
+          reached = true
+        }
+        guard reached else { continue }
+        if edge.onlyIndex, !unranged.contains(edge.source), ranged[edge.source].map({ $0.name == edge.name }) ?? true {
+          ranged[edge.source] = edge
+          rangeKeys[edge.source, default: []].append(key)
+        } else {
+          unranged.insert(edge.source)
+          ranged[edge.source] = nil
         }
       }
     }
     // 2. Denials, and who to nullify.
     var nullify: [(Edge, [UInt8])] = []
-    for (model, key) in order {
-      for edge in incoming(model) where edge.rule == .deny || edge.rule == .nullify {
-        for source in try referrers(edge, key, tx) where !(doomed[edge.source]?.contains(source) ?? false) {
-          if edge.rule == .deny {
-            throw RepoError(
-              .deleteDenied,
-              "a \(edge.source) record (\(describeRecordKey(source))) refers to it through \(edge.name), whose rule is deny",
-              model: model, id: describeRecordKey(key), field: edge.name)
+    for (model, doomedKeys) in found {
+      let rules = incoming(model).filter { $0.rule == .deny || $0.rule == .nullify }
+      for edge in rules {
+        for key in doomedKeys {
+          for source in try referrers(edge, key, tx) where !(doomed[edge.source]?.contains(source) ?? false) {
+            if edge.rule == .deny {
+              throw RepoError(
+                .deleteDenied,
+                "a \(edge.source) record (\(describeRecordKey(source))) refers to it through \(edge.name), whose rule is deny",
+                model: model, id: describeRecordKey(key), field: edge.name)
+            }
+            nullify.append((edge, source))
           }
-          nullify.append((edge, source))
         }
       }
     }
     // 3. Changes.
     for (edge, source) in nullify { try edge.nullify(tx, source) }
     let deleteOwn = lock.withLock { deleters }
-    for (model, key) in order {
+    for (model, doomedKeys) in found where ranged[model] == nil {
       guard let delete = deleteOwn[model] else {
         throw RepoError(.invalidRelationship, "no repository of \(model) to delete through", model: model)
       }
-      try delete(tx, key)
+      for key in doomedKeys { try delete(tx, key) }
+    }
+    // Reached only through `edge`, their only index: a range of the index
+    // per referred-to record, and the records in runs.
+    for (model, edge) in ranged {
+      for key in rangeKeys[model] ?? [] { try tx.deleteRange(.prefix(key), in: edge.indexKeyspace) }
+      try deleteInRuns((found[model] ?? []).sorted { $0.lexicographicallyPrecedes($1) }, edge.records, tx)
     }
     return keys.count
+  }
+
+  /// Deletes `keys` (sorted) from `keyspace`: each run of them that no
+  /// other key interrupts with one range delete, found by walking the
+  /// keyspace from the first (posts keyed by their author delete as one
+  /// range; scattered ones one by one).
+  private func deleteInRuns(_ keys: [[UInt8]], _ keyspace: String, _ tx: WriteTransaction) throws {
+    guard let first = keys.first, let last = keys.last else { return }
+    var runs: [(first: [UInt8], last: [UInt8])] = []
+    var i = 0
+    let cursor = try tx.cursor(in: keyspace, range: KeyRange(from: first, to: last + [0]))
+    var open = false
+    while i < keys.count, let e = try cursor.next() {
+      // A key the keyspace does not hold ends the run.
+      while i < keys.count, keys[i].lexicographicallyPrecedes(e.key) {
+        i += 1
+        open = false
+      }
+      guard i < keys.count else { break }
+      if e.key == keys[i] {
+        if open { runs[runs.count - 1].last = keys[i] } else { runs.append((keys[i], keys[i])) }
+        open = true
+        i += 1
+      } else {
+        open = false
+      }
+    }
+    for run in runs {
+      if run.first == run.last {
+        try tx.delete(run.first, in: keyspace)
+      } else {
+        try tx.deleteRange(from: run.first, to: run.last + [0], in: keyspace)
+      }
+    }
   }
 
   /// The source record keys whose reference through `edge` is `key`.

@@ -134,6 +134,7 @@ enum Workloads {
     Changes(),
     Processes(),
     Migration(),
+    Relationships(),
   ]
 
   /// The workload with this id or name.

@@ -1,0 +1,103 @@
+import CSQLite
+import Engine
+import Foundation
+import Repo
+
+/// Workload 16: relationships. Deleting an author with 100K posts under a
+/// cascade rule, against SQLite's `ON DELETE CASCADE` with an index on the
+/// foreign key; both durable, one transaction.
+struct Relationships: Workload {
+  let id = "16"
+  let name = "relationships"
+  let title = "Relationships: cascade delete of an author with 100,000 posts, durable"
+
+  func systems(chosen: [String]) -> [String] { chosen.filter { $0 == "cairn" || $0 == "sqlite" } }
+
+  var needsBuild: Bool { true }
+
+  struct Author: Codable, Sendable, Identifiable, IndexedModel {
+    var id: Int
+    var name: String
+    static var storedName: String { "author" }
+  }
+
+  struct Post: Codable, Sendable, Identifiable, IndexedModel {
+    var id: Int
+    var authorID: Int
+    var title: String
+    static var storedName: String { "post" }
+    static let relationships: [Relationship<Post>] = [.to(Author.self, by: \.authorID, onDelete: .cascade)]
+  }
+
+  /// Author 0 has `n` posts; authors 1…10 have n / 10 each, which stay.
+  static func posts(_ n: Int) -> [Post] {
+    (0..<(2 * n)).map { i in Post(id: i, authorID: i < n ? 0 : 1 + i % 10, title: "Post number \(i)") }
+  }
+
+  func run(system name: String, config c: Config, build: Bool, into out: Recorder) throws {
+    let n = c.n(100_000)
+    let folder = c.folder + "/store"
+    try FileManager.default.createDirectory(atPath: c.folder, withIntermediateDirectories: true)
+    let row = "delete an author with \(Workloads.label(n)) posts (cascade), durable"
+    if name == "sqlite" {
+      try sqlite(folder: folder, n: n, build: build, row: row, out)
+      return
+    }
+    let schema = Schema([.model(Author.self), .model(Post.self)])
+    let store = try Store.open(at: folder, schema: schema)
+    if build {
+      try store.writeNow { tx in
+        try tx.repository(Author.self).insert(contentsOf: (0..<11).map { Author(id: $0, name: "author \($0)") })
+        try tx.repository(Post.self).insert(contentsOf: Self.posts(n))
+      }
+      try store.close()
+      return
+    }
+    let t = try time { _ = try store.writeNow { tx in try tx.repository(Author.self).delete(id: 0) } }
+    let left = try store.read { try $0.repository(Post.self).count() }
+    guard left == n else { throw BenchError("\(left) posts left, not \(n)") }
+    try store.close()
+    out.add(row, .time, seconds: t, ops: n)
+  }
+
+  private func sqlite(folder: String, n: Int, build: Bool, row: String, _ out: Recorder) throws {
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    let db = try SQLiteSystem.open(folder + "/db.sqlite", durable: true)
+    defer { sqlite3_close_v2(db) }
+    try SQLiteSystem.exec(db, "PRAGMA foreign_keys = ON")
+    if build {
+      try SQLiteSystem.exec(
+        db,
+        """
+        CREATE TABLE author(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+        CREATE TABLE post(id INTEGER PRIMARY KEY, authorID INTEGER NOT NULL REFERENCES author(id) ON DELETE CASCADE,
+          title TEXT NOT NULL);
+        CREATE INDEX post_authorID ON post(authorID);
+        """)
+      try SQLiteSystem.exec(db, "BEGIN")
+      let author = try SQLiteSystem.Statement(db, "INSERT INTO author(id, name) VALUES(?, ?)")
+      for i in 0..<11 {
+        sqlite3_reset(author.stmt)
+        sqlite3_bind_int64(author.stmt, 1, Int64(i))
+        sqlite3_bind_text(author.stmt, 2, "author \(i)", -1, SQLITE_TRANSIENT)
+        guard sqlite3_step(author.stmt) == SQLITE_DONE else { throw BenchError("insert author failed") }
+      }
+      let post = try SQLiteSystem.Statement(db, "INSERT INTO post(id, authorID, title) VALUES(?, ?, ?)")
+      for p in Self.posts(n) {
+        sqlite3_reset(post.stmt)
+        sqlite3_bind_int64(post.stmt, 1, Int64(p.id))
+        sqlite3_bind_int64(post.stmt, 2, Int64(p.authorID))
+        sqlite3_bind_text(post.stmt, 3, p.title, -1, SQLITE_TRANSIENT)
+        guard sqlite3_step(post.stmt) == SQLITE_DONE else { throw BenchError("insert post failed") }
+      }
+      try SQLiteSystem.exec(db, "COMMIT")
+      return
+    }
+    let t = try time { try SQLiteSystem.exec(db, "DELETE FROM author WHERE id = 0") }
+    let check = try SQLiteSystem.Statement(db, "SELECT COUNT(*) FROM post")
+    guard sqlite3_step(check.stmt) == SQLITE_ROW, sqlite3_column_int64(check.stmt, 0) == Int64(n) else {
+      throw BenchError("the cascade left the wrong posts")
+    }
+    out.add(row, .time, seconds: t, ops: n, note: "ON DELETE CASCADE, index on post(authorID)")
+  }
+}
