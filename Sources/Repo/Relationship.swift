@@ -257,9 +257,16 @@ final class RelationshipGraph: @unchecked Sendable {
   /// range; scattered ones one by one).
   private func deleteInRuns(_ keys: [[UInt8]], _ keyspace: String, _ tx: WriteTransaction) throws {
     guard let first = keys.first, let last = keys.last else { return }
+    let span = KeyRange(from: first, to: last + [0])
+    // Scattered among many others (counted trees say so in O(log n)): a
+    // walk would cost more than a delete each.
+    if try tx.count(in: keyspace, range: span) > UInt64(2 * keys.count) {
+      for key in keys { try tx.delete(key, in: keyspace) }
+      return
+    }
     var runs: [(first: [UInt8], last: [UInt8])] = []
     var i = 0
-    let cursor = try tx.cursor(in: keyspace, range: KeyRange(from: first, to: last + [0]))
+    let cursor = try tx.cursor(in: keyspace, range: span)
     var open = false
     while i < keys.count, let e = try cursor.next() {
       // A key the keyspace does not hold ends the run.

@@ -149,6 +149,25 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     #expect(try await store.repository(RComment.self).count() == 0)
   }
 
+  @Test func rangedCascadesDeleteOnlyTheirOwnRecords() async throws {
+    // Comments refer to posts only (their one index): a cascade deletes them
+    // in runs. Post 0's comments: a block 0..<50, then every other one of
+    // 100..<200 (post 1 has the rest), then 1,000 and 5,000.
+    let store = try await Self.seeded()
+    _ = try await store.repository(RComment.self).deleteAll()
+    var comments = (0..<50).map { RComment(id: $0, postID: 0, text: "") }
+    comments += (100..<200).map { RComment(id: $0, postID: $0 % 2, text: "") }
+    comments += [RComment(id: 1_000, postID: 0, text: ""), RComment(id: 5_000, postID: 0, text: "")]
+    comments += (6_000..<6_300).map { RComment(id: $0, postID: 1, text: "") }
+    try await store.repository(RComment.self).insert(contentsOf: comments)
+    #expect(try await store.repository(RPost.self).delete(id: 0))
+    let left = try await store.repository(RComment.self).fetch(FetchDescriptor(sortBy: [SortDescriptor(\.id)]))
+    #expect(left == comments.filter { $0.postID == 1 })
+    #expect(try await store.repository(RComment.self).count(matching: #Predicate { $0.postID == 0 }) == 0)
+    #expect(try await store.repository(RPost.self).delete(id: 1))
+    #expect(try await store.repository(RComment.self).count() == 0)
+  }
+
   @Test func cascadesFollowChainsAndEndOnCycles() async throws {
     let store = try Store.inMemory(schema: Self.schema)
     let folders = store.repository(RFolder.self)
