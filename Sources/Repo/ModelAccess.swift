@@ -758,3 +758,95 @@ extension ModelAccess {
     }
   }
 }
+
+// MARK: Queries across relationships
+
+extension ModelAccess {
+  /// The relationship declared on `keyPath`, whose target is `target`.
+  func relationship(on keyPath: AnyKeyPath, to target: String) throws -> (
+    relationship: Relationship<M>, indexKeyspace: String
+  ) {
+    guard let r = space.relationships.first(where: { $0.relationship.keyPath == keyPath }) else {
+      throw RepoError(
+        .invalidRelationship, "no relationship is declared on \(keyPath)", model: space.name)
+    }
+    guard r.relationship.target == target else {
+      throw RepoError(
+        .invalidRelationship, "\(keyPath) refers to \(r.relationship.target), not \(target)", model: space.name,
+        field: r.relationship.name)
+    }
+    return r
+  }
+
+  /// The keys of the records referring, through relationship `r`, to the
+  /// `T` records `predicate` selects, in key order: the targets through
+  /// their own plan, then one range of the inverse index each.
+  func referrerKeys<T>(
+    _ r: (relationship: Relationship<M>, indexKeyspace: String), _ target: ModelAccess<T>,
+    _ predicate: Predicate<T>, _ reader: some KeyValueReader, targetBuilt: Set<String>
+  ) throws -> [[UInt8]] {
+    var keys: [[UInt8]] = []
+    for t in try target.fetch(FetchDescriptor(predicate: predicate), reader, built: targetBuilt) {
+      let tk = try target.key(t.id)
+      try reader.cursor(in: r.indexKeyspace, range: .prefix(tk)).forEach { _, value in
+        keys.append(Array(value))
+        return true
+      }
+    }
+    keys.sort { $0.lexicographicallyPrecedes($1) }
+    return keys
+  }
+
+  /// The records `d` selects among those referring through `keyPath` to a
+  /// `T` record that `predicate` selects.
+  func fetch<T>(
+    _ d: FetchDescriptor<M>, referencing keyPath: AnyKeyPath, _ target: ModelAccess<T>, where predicate: Predicate<T>,
+    _ reader: some KeyValueReader, targetBuilt: Set<String>
+  ) throws -> [M] {
+    let r = try relationship(on: keyPath, to: target.space.name)
+    var found: [(M, [UInt8])] = []
+    for k in try referrerKeys(r, target, predicate, reader, targetBuilt: targetBuilt) {
+      guard let bytes = try reader.get(k, in: space.records) else { continue }
+      let model = try decode(bytes, key: k)
+      if let p = d.predicate {
+        do {
+          guard try p.evaluate(model) else { continue }
+        } catch {
+          throw RepoError(.decoding, "the predicate failed: \(error)", model: space.name, id: "\(model.id)")
+        }
+      }
+      found.append((model, k))
+    }
+    let sorted = d.sortBy.isEmpty ? found.map(\.0) : SortComparator(d).sort(found)
+    let offset = min(sorted.count, max(0, d.fetchOffset ?? 0))
+    let end = d.fetchLimit.map { min(sorted.count, offset + max(0, $0)) } ?? sorted.count
+    return Array(sorted[offset..<end])
+  }
+
+  /// How many records refer through `keyPath` to a `T` record `predicate`
+  /// selects: index entries counted, no record read.
+  func count<T>(
+    referencing keyPath: AnyKeyPath, _ target: ModelAccess<T>, where predicate: Predicate<T>,
+    _ reader: some KeyValueReader, targetBuilt: Set<String>
+  ) throws -> Int {
+    let r = try relationship(on: keyPath, to: target.space.name)
+    var n = 0
+    for t in try target.fetch(FetchDescriptor(predicate: predicate), reader, built: targetBuilt) {
+      n += Int(try reader.count(in: r.indexKeyspace, range: .prefix(try target.key(t.id))))
+    }
+    return n
+  }
+
+  /// How a fetch across relationship `keyPath` runs.
+  func explain<T>(
+    referencing keyPath: AnyKeyPath, _ target: ModelAccess<T>, where predicate: Predicate<T>,
+    _ reader: some KeyValueReader, targetBuilt: Set<String>
+  ) throws -> String {
+    let r = try relationship(on: keyPath, to: target.space.name)
+    var plan = Planner.plan(
+      FetchDescriptor(predicate: predicate), space: target.space, built: targetBuilt, count: target.counter(reader))
+    plan.filter = target.filter(predicate, exact: plan.exact, reader).how
+    return "\(target.space.name): " + plan.description
+      + "; then for each, the range of \(r.indexKeyspace) under its key"
+  }
+}

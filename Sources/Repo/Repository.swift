@@ -64,7 +64,7 @@ where Model.ID: Codable & Hashable & Sendable {
     // The access first: its first use may bring the store's record of the
     // model up to date (build an index), which the snapshot must see.
     let access = try store.access(Model.self)
-    return try body(SnapshotRepository(access: access, snapshot: try store.database.snapshot()))
+    return try body(SnapshotRepository(access: access, snapshot: try store.database.snapshot(), store: store))
   }
 
   public func insert(_ model: Model) async throws { try await write { try $0.insert(model) } }
@@ -75,6 +75,51 @@ where Model.ID: Codable & Hashable & Sendable {
   }
   public func fetchOne(_ descriptor: FetchDescriptor<Model>) async throws -> Model? {
     try read { try $0.fetchOne(descriptor) }
+  }
+
+  /// The records `descriptor` selects among those whose reference through
+  /// `keyPath` (a declared ``Relationship``) names a `Target` record that
+  /// `predicate` selects, from one snapshot: the targets through their own
+  /// plan, then the relationship's inverse index.
+  ///
+  /// ```swift
+  /// let byAda = try await posts.fetch(referencing: \.authorID, where: #Predicate<Author> { $0.name == "Ada" })
+  /// ```
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), referencing keyPath: KeyPath<Model, Target.ID>,
+    where predicate: Predicate<Target>
+  ) async throws -> [Model] where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, referencing: keyPath, where: predicate) }
+  }
+
+  /// ``fetch(_:referencing:where:)`` for an optional reference.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), referencing keyPath: KeyPath<Model, Target.ID?>,
+    where predicate: Predicate<Target>
+  ) async throws -> [Model] where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, referencing: keyPath, where: predicate) }
+  }
+
+  /// How many records refer through `keyPath` to a `Target` record that
+  /// `predicate` selects, counted in the inverse index.
+  public func count<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID>, where predicate: Predicate<Target>
+  ) async throws -> Int where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.count(referencing: keyPath, where: predicate) }
+  }
+
+  /// ``count(referencing:where:)`` for an optional reference.
+  public func count<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID?>, where predicate: Predicate<Target>
+  ) async throws -> Int where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.count(referencing: keyPath, where: predicate) }
+  }
+
+  /// How ``fetch(_:referencing:where:)`` runs.
+  public func explain<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID>, where predicate: Predicate<Target>
+  ) throws -> String where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.explain(referencing: keyPath, where: predicate) }
   }
 
   /// The records a descriptor selects, as a collection whose count is known
@@ -210,6 +255,66 @@ public struct SnapshotRepository<Model: Codable & Sendable & Identifiable>
 where Model.ID: Codable & Hashable & Sendable {
   let access: ModelAccess<Model>
   let snapshot: Snapshot
+  let store: Store
+
+  /// The records `descriptor` selects among those whose reference through
+  /// `keyPath` (a declared ``Relationship``) names a `Target` record that
+  /// `predicate` selects: the targets are found through their own plan,
+  /// then their referrers through the relationship's inverse index — one
+  /// range each, from this snapshot.
+  ///
+  /// ```swift
+  /// let adas = try snapshot.repository(Post.self)
+  ///   .fetch(FetchDescriptor(), referencing: \.authorID, where: #Predicate<Author> { $0.name == "Ada" })
+  /// ```
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), referencing keyPath: KeyPath<Model, Target.ID>,
+    where predicate: Predicate<Target>
+  ) throws -> [Model] where Target.ID: Codable & Hashable & Sendable {
+    let target = try store.access(Target.self)
+    return try access.fetch(
+      descriptor, referencing: keyPath, target, where: predicate, snapshot,
+      targetBuilt: try target.builtIndexes(snapshot))
+  }
+
+  /// ``fetch(_:referencing:where:)`` for an optional reference.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), referencing keyPath: KeyPath<Model, Target.ID?>,
+    where predicate: Predicate<Target>
+  ) throws -> [Model] where Target.ID: Codable & Hashable & Sendable {
+    let target = try store.access(Target.self)
+    return try access.fetch(
+      descriptor, referencing: keyPath, target, where: predicate, snapshot,
+      targetBuilt: try target.builtIndexes(snapshot))
+  }
+
+  /// How many records refer through `keyPath` to a `Target` record that
+  /// `predicate` selects: counted in the inverse index, no record read.
+  public func count<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID>, where predicate: Predicate<Target>
+  ) throws -> Int where Target.ID: Codable & Hashable & Sendable {
+    let target = try store.access(Target.self)
+    return try access.count(
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+  }
+
+  /// ``count(referencing:where:)`` for an optional reference.
+  public func count<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID?>, where predicate: Predicate<Target>
+  ) throws -> Int where Target.ID: Codable & Hashable & Sendable {
+    let target = try store.access(Target.self)
+    return try access.count(
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+  }
+
+  /// How ``fetch(_:referencing:where:)`` runs: the target's plan, then the inverse index.
+  public func explain<Target: Codable & Sendable & Identifiable>(
+    referencing keyPath: KeyPath<Model, Target.ID>, where predicate: Predicate<Target>
+  ) throws -> String where Target.ID: Codable & Hashable & Sendable {
+    let target = try store.access(Target.self)
+    return try access.explain(
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+  }
 
   private func built() throws -> Set<String> { try access.builtIndexes(snapshot) }
 

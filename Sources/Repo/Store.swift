@@ -479,6 +479,6 @@ public final class StoreSnapshot: @unchecked Sendable {
   public func repository<M: Codable & Sendable & Identifiable>(_ type: M.Type = M.self) throws
     -> SnapshotRepository<M>
   where M.ID: Codable & Hashable & Sendable {
-    SnapshotRepository(access: try store.access(type), snapshot: snapshot)
+    SnapshotRepository(access: try store.access(type), snapshot: snapshot, store: store)
   }
 }

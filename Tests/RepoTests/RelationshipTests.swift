@@ -216,6 +216,35 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     #expect(try await second.repository(RPost.self).count() == 0)
   }
 
+  @Test func queriesAcrossARelationshipGoThroughTheInverseIndex() async throws {
+    let store = try await Self.seeded()
+    try await store.repository(RAuthor.self).update(RAuthor(id: 1, name: "Ada"))
+    let posts = store.repository(RPost.self)
+    let ada = #Predicate<RAuthor> { $0.name == "Ada" }
+    let all = try await posts.fetch(referencing: \.authorID, where: ada)
+    #expect(all.map(\.id) == (0..<30).filter { $0 % 3 == 1 })
+    // With the descriptor's own predicate, sort and window.
+    var d = FetchDescriptor<RPost>(
+      predicate: #Predicate { $0.id > 10 }, sortBy: [SortDescriptor(\.id, order: .reverse)])
+    d.fetchLimit = 3
+    #expect(try await posts.fetch(d, referencing: \.authorID, where: ada).map(\.id) == [28, 25, 22])
+    // An optional reference; a predicate selecting several authors.
+    let edited = try await posts.fetch(referencing: \.editorID, where: #Predicate<RAuthor> { $0.id >= 1 })
+    #expect(edited.map(\.id) == (0..<30).filter { ($0 + 1) % 3 != 0 })
+    #expect(try await posts.count(referencing: \.authorID, where: ada) == 10)
+    #expect(try await posts.count(referencing: \.editorID, where: #Predicate<RAuthor> { $0.name == "nobody" }) == 0)
+    #expect(try posts.explain(referencing: \.authorID, where: ada).contains("RPost#index:ref.authorID"))
+    // Comments of Ada's posts: two hops, each through an inverse index.
+    let adaPosts = Set(all.map(\.id))
+    let comments = try await store.repository(RComment.self).fetch(
+      referencing: \.postID, where: #Predicate<RPost> { $0.authorID == 1 })
+    #expect(Set(comments.map(\.postID)) == adaPosts && comments.count == 20)
+    // A key path with no relationship is a typed error.
+    await #expect {
+      _ = try await store.repository(RPin.self).fetch(referencing: \.id, where: #Predicate<RPost> { _ in true })
+    } throws: { ($0 as? RepoError)?.code == .invalidRelationship }
+  }
+
   @Test func theShapeRecordsTheRelationships() throws {
     let store = try Store.inMemory(schema: Self.schema)
     let shape = try #require(try store.recordedShapes()["RPost"])
