@@ -35,7 +35,8 @@ public enum RecordValue: Sendable, Equatable, CustomStringConvertible {
     case (.float(let x), .float(let y)): return x.bitPattern == y.bitPattern
     case (.string(let x), .string(let y)): return x == y
     case (.data(let x), .data(let y)): return x == y
-    case (.date(let x), .date(let y)): return x == y
+    case (.date(let x), .date(let y)):
+      return x.timeIntervalSinceReferenceDate.bitPattern == y.timeIntervalSinceReferenceDate.bitPattern
     case (.uuid(let x), .uuid(let y)): return x == y
     case (.object(let x), .object(let y)):
       return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
@@ -101,7 +102,11 @@ public enum RecordValue: Sendable, Equatable, CustomStringConvertible {
     case .float(let v): return "\(v)"
     case .string(let v): return "\"\(v)\""
     case .data(let v): return "<\(v.count) bytes>"
-    case .date(let v): return "\(v)"
+    case .date(let v):
+      // Foundation's description traps on dates far outside the calendar
+      // (a damaged record holds any bits): those print as seconds since 2001.
+      let t = v.timeIntervalSinceReferenceDate
+      return abs(t) < 1e11 ? "\(v)" : "Date(\(t) s since 2001)"
     case .uuid(let v): return v.uuidString
     case .object(let fields): return "{" + fields.map { "\($0.0): \($0.1)" }.joined(separator: ", ") + "}"
     case .array(let items): return "[" + items.map(\.description).joined(separator: ", ") + "]"
