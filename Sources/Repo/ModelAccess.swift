@@ -713,7 +713,6 @@ extension ModelAccess {
         target: rel.target,
         edge: RelationshipGraph.Edge(
           source: space.name, name: rel.name, rule: rel.deleteRule, indexKeyspace: r.indexKeyspace,
-          delete: { [unowned self] tx, key in _ = try self.deleteRecord(key, tx) },
           nullify: { [unowned self] tx, key in try self.nullify(key, rel, tx) },
           onlyIndex: space.writers.count == 1 && space.writers[0].keyspace == r.indexKeyspace,
           records: space.records)

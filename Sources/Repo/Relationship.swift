@@ -100,7 +100,7 @@ public struct Relationship<Model>: @unchecked Sendable {
 /// The relationships among the models a store has seen, by the model
 /// they refer to, and the deletes that follow them.
 final class RelationshipGraph: @unchecked Sendable {
-  // Safe: `edges` and `recorded` are guarded by `lock`.
+  // Safe: `edges`, `sources`, `recorded` and `deleters` are guarded by `lock`.
 
   /// One relationship, seen from the model it refers to.
   struct Edge {
@@ -110,8 +110,6 @@ final class RelationshipGraph: @unchecked Sendable {
     /// Keyspace of the source's inverse index: key = the reference's key
     /// encoding (the target's record key), then the source record key.
     let indexKeyspace: String
-    /// Deletes the source record with this key, with its index entries (no rules).
-    let delete: (WriteTransaction, [UInt8]) throws -> Void
     /// Sets the reference of the source record with this key to nil.
     let nullify: (WriteTransaction, [UInt8]) throws -> Void
     /// Whether the inverse index is the source's only index: then the
@@ -177,13 +175,6 @@ final class RelationshipGraph: @unchecked Sendable {
   /// nullified and the records deleted. Returns how many records of
   /// `target` went.
   func delete(_ target: String, keys: [[UInt8]], _ tx: WriteTransaction) throws -> Int {
-    // Relationships a recorded shape names but this process has not seen.
-    for source in try recordedSources(target, tx) where !lock.withLock({ sources.contains(source) }) {
-      throw RepoError(
-        .invalidRelationship,
-        "model \(source) refers to \(target), but this store has not seen \(source): list it in the Schema the store is opened with",
-        model: target)
-    }
     let edges = lock.withLock { self.edges }
     func incoming(_ model: String) -> [Edge] { edges[model] ?? [] }
     // 1. What the cascades reach.
@@ -213,6 +204,18 @@ final class RelationshipGraph: @unchecked Sendable {
           unranged.insert(edge.source)
           ranged[edge.source] = nil
         }
+      }
+    }
+    // Every model losing records must have all its referrers known: a rule
+    // a recorded shape names, of a model this process has not seen, cannot
+    // be followed — refused before anything changes.
+    let seen = lock.withLock { sources }
+    for model in found.keys {
+      for source in try recordedSources(model, tx) where !seen.contains(source) {
+        throw RepoError(
+          .invalidRelationship,
+          "model \(source) refers to \(model), but this store has not seen \(source): list it in the Schema the store is opened with",
+          model: model)
       }
     }
     // 2. Denials, and who to nullify.

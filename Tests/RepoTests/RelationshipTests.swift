@@ -205,13 +205,18 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
       ($0 as? RepoError)?.code == .invalidRelationship
     }
     #expect(try await second.repository(RAuthor.self).count() == 1)
-    // Seeing RPost is not enough: RBadge's shape names a rule too.
+    // Seeing RPost is not enough: RBadge's shape names a rule on RAuthor,
+    // and RComment's one on RPost, which the cascade reaches.
     _ = try await second.repository(RPost.self).count()
     await #expect { try await second.repository(RAuthor.self).delete(id: 1) } throws: {
-      ($0 as? RepoError)?.code == .invalidRelationship && "\($0)".contains("RBadge")
+      ($0 as? RepoError)?.code == .invalidRelationship && ("\($0)".contains("RBadge") || "\($0)".contains("RComment"))
     }
-    // Once it has seen every model that refers to RAuthor, the delete cascades.
     _ = try await second.repository(RBadge.self).count()
+    await #expect { try await second.repository(RAuthor.self).delete(id: 1) } throws: {
+      ($0 as? RepoError)?.code == .invalidRelationship && "\($0)".contains("RComment")
+    }
+    // Once it has seen every model the delete reaches, it cascades.
+    _ = try await second.repository(RComment.self).count()
     #expect(try await second.repository(RAuthor.self).delete(id: 1))
     #expect(try await second.repository(RPost.self).count() == 0)
   }
