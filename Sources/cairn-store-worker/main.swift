@@ -23,6 +23,10 @@
 //       createdAt, tags) with two migration steps — name renamed title,
 //       priority made a number (high 2, else 1) — printing "migrating"
 //       before and "migrated" after (MigrationTests kills it between).
+//   cairn-store-worker cascade STORE
+//       Deletes author 0 of STORE's "KAuthor" records, whose "KPost" records
+//       cascade, printing "deleting" before and "deleted" after
+//       (RelationshipTests kills it between).
 import Engine
 import Foundation
 import Repo
@@ -82,8 +86,24 @@ struct MigratedNote: Codable, Identifiable, Sendable, IndexedModel {
   static let indexes: [Index<MigratedNote>] = [.index(\.createdAt), .index(\.priority)]
 }
 
+/// The "cascade" mode's models.
+struct KAuthor: Codable, Identifiable, Sendable, IndexedModel {
+  var id: Int
+  var name: String
+}
+
+struct KPost: Codable, Identifiable, Sendable, IndexedModel {
+  var id: Int
+  var authorID: Int
+  var title: String
+  static let indexes: [Index<KPost>] = [.index(\.title)]
+  static let relationships: [Relationship<KPost>] = [.to(KAuthor.self, by: \.authorID, onDelete: .cascade)]
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
-guard args.count >= 2 else { fail("usage: cairn-store-worker commit|follow|hold|notes|migrate STORE ...", code: 2) }
+guard args.count >= 2 else {
+  fail("usage: cairn-store-worker commit|follow|hold|notes|migrate|cascade STORE ...", code: 2)
+}
 var options = Options()
 options.checkpointThreshold = 32 << 10
 options.nodeSize = 1024
@@ -189,6 +209,14 @@ do {
     let store = try Store.open(
       at: args[1], options: options, schema: Schema([.model(MigratedNote.self)], migrations: steps))
     say("migrated")
+    try store.close()
+
+  case "cascade":
+    let store = try Store.open(
+      at: args[1], options: options, schema: Schema([.model(KAuthor.self), .model(KPost.self)]))
+    say("deleting")
+    _ = try store.writeNow { tx in try tx.repository(KAuthor.self).delete(id: 0) }
+    say("deleted")
     try store.close()
 
   default:

@@ -445,3 +445,83 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     #expect(seen == [1, 2])
   }
 }
+
+/// A cascade in another process, SIGKILLed at points spread over its run
+/// (Sources/cairn-store-worker, mode "cascade").
+@Suite(.serialized) struct KilledCascadeTests {
+  struct KAuthor: Codable, Sendable, Identifiable, IndexedModel {
+    var id: Int
+    var name: String
+  }
+
+  /// With a second index, so the cascade decodes each post (the slow path).
+  struct KPost: Codable, Sendable, Identifiable, IndexedModel {
+    var id: Int
+    var authorID: Int
+    var title: String
+    static let indexes: [Index<KPost>] = [.index(\.title)]
+    static let relationships: [Relationship<KPost>] = [.to(KAuthor.self, by: \.authorID, onDelete: .cascade)]
+  }
+
+  static func start(_ path: String) throws -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: SharedStoreTests.workerPath)
+    p.arguments = ["cascade", path]
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle.nullDevice
+    try p.run()
+    var seen = ""
+    while !seen.contains("deleting") {
+      let chunk = out.fileHandleForReading.availableData
+      if chunk.isEmpty { break }
+      seen += String(decoding: chunk, as: UTF8.self)
+    }
+    return p
+  }
+
+  @Test func aKilledCascadeLeavesAllOrNone() async throws {
+    let count = runningUnderTSan ? 2_000 : 20_000
+    let seed = TempFolder()
+    let schema = Schema([.model(KAuthor.self), .model(KPost.self)])
+    let writer = try Store.open(at: seed.path, schema: schema)
+    try await writer.write { tx in
+      try tx.repository(KAuthor.self).insert(contentsOf: [KAuthor(id: 0, name: "a"), KAuthor(id: 1, name: "b")])
+      try tx.repository(KPost.self).insert(
+        contentsOf: (0..<count).map { KPost(id: $0, authorID: $0 % 2, title: "post \($0)") })
+    }
+    try writer.close()
+    func copy() throws -> TempFolder {
+      let folder = TempFolder()
+      try FileManager.default.copyItem(atPath: seed.path, toPath: folder.path)
+      return folder
+    }
+    let whole = try copy()
+    let began = Date()
+    let full = try Self.start(whole.path)
+    full.waitUntilExit()
+    let duration = Date().timeIntervalSince(began)
+    #expect(full.terminationStatus == 0)
+
+    var outcomes: [Bool: Int] = [:]
+    for k in 1...6 {
+      let folder = try copy()
+      let worker = try Self.start(folder.path)
+      usleep(UInt32(duration * Double(k) / 7 * 1_000_000))
+      kill(worker.processIdentifier, SIGKILL)
+      worker.waitUntilExit()
+      let store = try Store.open(at: folder.path, schema: schema)
+      let authors = try await store.repository(KAuthor.self).count()
+      let posts = try await store.repository(KPost.self).count()
+      let titled = try await store.repository(KPost.self).count(matching: #Predicate { $0.title >= "post" })
+      let ofZero = try await store.repository(KPost.self).count(matching: #Predicate { $0.authorID == 0 })
+      let before = authors == 2 && posts == count && ofZero == count / 2
+      let after = authors == 1 && posts == count / 2 && ofZero == 0
+      #expect(before || after, "killed at \(k)/7: \(authors) authors, \(posts) posts, \(ofZero) of author 0")
+      #expect(titled == posts, "killed at \(k)/7: the title index holds \(titled) of \(posts)")
+      outcomes[after, default: 0] += 1
+      try store.close()
+    }
+    #expect(outcomes.values.reduce(0, +) == 6)
+  }
+}
