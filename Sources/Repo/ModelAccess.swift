@@ -849,3 +849,112 @@ extension ModelAccess {
       + "; then for each, the range of \(r.indexKeyspace) under its key"
   }
 }
+
+// MARK: Prefetching across relationships
+
+extension ModelAccess {
+  /// The records `d` selects, each with the `T` record its reference
+  /// `keyPath` names (nil for a nil or dangling reference): the distinct
+  /// references read once each, in key order, from `reader`.
+  func fetch<T>(
+    _ d: FetchDescriptor<M>, including target: ModelAccess<T>, by keyPath: AnyKeyPath,
+    _ reader: some KeyValueReader, built: Set<String>
+  ) throws -> Prefetched<M, T> {
+    let r = try relationship(on: keyPath, to: target.space.name)
+    let models = try fetch(d, reader, built: built)
+    var references: [[UInt8]] = []
+    references.reserveCapacity(models.count)
+    for m in models {
+      references.append(try withUnsafePointer(to: m) { try r.relationship.reference(UnsafeRawPointer($0)) } ?? [])
+    }
+    // The distinct references, in key order; each record's slot among them.
+    var order = Array(references.indices).filter { !references[$0].isEmpty }
+    order.sort { references[$0].lexicographicallyPrecedes(references[$1]) }
+    var slots = [Int](repeating: -1, count: models.count)
+    let targets = Gathered<T>()
+    var last: [UInt8]? = nil
+    var lastSlot = -1
+    for i in order {
+      let k = references[i]
+      if k != last {
+        last = k
+        lastSlot = -1
+        if let bytes = try reader.get(k, in: target.space.records) {
+          targets.append(try target.decode(bytes, key: k))
+          lastSlot = targets.count - 1
+        }
+      }
+      slots[i] = lastSlot
+    }
+    return Prefetched(records: models, targets: targets.take(), slots: slots)
+  }
+
+  /// The records `d` selects, each with the `S` records whose reference
+  /// `keyPath` names it, in key order: one range of `S`'s inverse index each.
+  func fetch<S>(
+    _ d: FetchDescriptor<M>, withReferrers source: ModelAccess<S>, by keyPath: AnyKeyPath,
+    _ reader: some KeyValueReader, built: Set<String>
+  ) throws -> PrefetchedReferrers<M, S> {
+    let r = try source.relationship(on: keyPath, to: space.name)
+    let models = try fetch(d, reader, built: built)
+    let referrers = Gathered<S>()
+    var bounds: [Int] = [0]
+    bounds.reserveCapacity(models.count + 1)
+    for m in models {
+      var keys: [[UInt8]] = []
+      try reader.cursor(in: r.indexKeyspace, range: .prefix(try key(m.id))).forEach { _, value in
+        keys.append(Array(value))
+        return true
+      }
+      keys.sort { $0.lexicographicallyPrecedes($1) }
+      for k in keys {
+        if let bytes = try reader.get(k, in: source.space.records) {
+          referrers.append(try source.decode(bytes, key: k))
+        }
+      }
+      bounds.append(referrers.count)
+    }
+    return PrefetchedReferrers(records: models, referrers: referrers.take(), bounds: bounds)
+  }
+}
+
+/// Records fetched with the record each refers to
+/// (``SnapshotRepository/fetch(_:including:by:)``): a collection of
+/// `(record, related)` pairs, each related record decoded once however many
+/// records refer to it.
+public struct Prefetched<Model: Sendable, Related: Sendable>: RandomAccessCollection, Sendable {
+  /// The records, in the fetch's order.
+  public let records: [Model]
+  let targets: [Related]
+  /// Per record, its related record's position in `targets`; -1 for none.
+  let slots: [Int]
+
+  public var startIndex: Int { 0 }
+  public var endIndex: Int { records.count }
+
+  /// The record at `position` and the record it refers to (nil when its
+  /// reference is nil or names a record that does not exist).
+  public subscript(position: Int) -> (record: Model, related: Related?) {
+    let slot = slots[position]
+    return (records[position], slot < 0 ? nil : targets[slot])
+  }
+}
+
+/// Records fetched with the records that refer to each
+/// (``SnapshotRepository/fetch(_:withReferrers:by:)``): a collection of
+/// `(record, referrers)` pairs.
+public struct PrefetchedReferrers<Model: Sendable, Referrer: Sendable>: RandomAccessCollection, Sendable {
+  /// The records, in the fetch's order.
+  public let records: [Model]
+  let referrers: [Referrer]
+  /// Record `i`'s referrers are `referrers[bounds[i]..<bounds[i + 1]]`.
+  let bounds: [Int]
+
+  public var startIndex: Int { 0 }
+  public var endIndex: Int { records.count }
+
+  /// The record at `position` and the records referring to it, in their key order.
+  public subscript(position: Int) -> (record: Model, referrers: ArraySlice<Referrer>) {
+    (records[position], referrers[bounds[position]..<bounds[position + 1]])
+  }
+}

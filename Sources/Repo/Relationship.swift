@@ -70,11 +70,17 @@ public struct Relationship<Model>: @unchecked Sendable {
     allowsDangling: Bool = false, name: String? = nil
   ) -> Relationship where Target.ID: Encodable {
     let name = name ?? Index<Model>.componentName(keyPath)
+    let index = Index<Model>.index(keyPath, name: Self.indexName(name))
     return Relationship(
       name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: false,
-      allowsDangling: allowsDangling, keyPath: keyPath, index: .index(keyPath, name: Self.indexName(name)),
-      reference: { p in try KeyEncoding.encode(p.assumingMemoryBound(to: Model.self).pointee[keyPath: keyPath]) },
-      clear: nil)
+      allowsDangling: allowsDangling, keyPath: keyPath, index: index,
+      // The index's own writer: a stored id is read at its offset, with no
+      // key path applied (the key encoding of an id is its record key).
+      reference: { p in
+        let e = KeyEncoder()
+        try index.write(p, e)
+        return e.bytes
+      }, clear: nil)
   }
 
   /// An optional reference to a `Target` record, by its id.
@@ -83,12 +89,15 @@ public struct Relationship<Model>: @unchecked Sendable {
     allowsDangling: Bool = false, name: String? = nil
   ) -> Relationship where Target.ID: Encodable {
     let name = name ?? Index<Model>.componentName(keyPath)
+    let index = Index<Model>.index(keyPath, name: Self.indexName(name))
     return Relationship(
       name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: true,
-      allowsDangling: allowsDangling, keyPath: keyPath, index: .index(keyPath, name: Self.indexName(name)),
+      allowsDangling: allowsDangling, keyPath: keyPath, index: index,
+      // A nil reference is the lone nil marker.
       reference: { p in
-        guard let id = p.assumingMemoryBound(to: Model.self).pointee[keyPath: keyPath] else { return nil }
-        return try KeyEncoding.encode(id)
+        let e = KeyEncoder()
+        try index.write(p, e)
+        return e.bytes == [0] ? nil : e.bytes
       },
       clear: { $0[keyPath: keyPath] = nil })
   }

@@ -115,6 +115,41 @@ where Model.ID: Codable & Hashable & Sendable {
     try read { try $0.count(referencing: keyPath, where: predicate) }
   }
 
+  /// The records `descriptor` selects, each with the `Target` record its
+  /// reference through `keyPath` names (nil when nil or dangling), from one
+  /// snapshot: each distinct reference read once, in key order.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID>
+  ) async throws -> Prefetched<Model, Target> where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, including: target, by: keyPath) }
+  }
+
+  /// ``fetch(_:including:by:)`` for an optional reference.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID?>
+  ) async throws -> Prefetched<Model, Target> where Target.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, including: target, by: keyPath) }
+  }
+
+  /// The records `descriptor` selects, each with the `Source` records that
+  /// refer to it through `keyPath`, from one snapshot.
+  public func fetch<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID>
+  ) async throws -> PrefetchedReferrers<Model, Source> where Source.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, withReferrers: source, by: keyPath) }
+  }
+
+  /// ``fetch(_:withReferrers:by:)`` for an optional reference.
+  public func fetch<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID?>
+  ) async throws -> PrefetchedReferrers<Model, Source> where Source.ID: Codable & Hashable & Sendable {
+    try read { try $0.fetch(descriptor, withReferrers: source, by: keyPath) }
+  }
+
   /// How ``fetch(_:referencing:where:)`` runs.
   public func explain<Target: Codable & Sendable & Identifiable>(
     referencing keyPath: KeyPath<Model, Target.ID>, where predicate: Predicate<Target>
@@ -305,6 +340,47 @@ where Model.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.count(
       referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+  }
+
+  /// The records `descriptor` selects, each with the `Target` record its
+  /// reference through `keyPath` names (nil when the reference is nil or
+  /// dangles), all from this snapshot: each distinct reference is read
+  /// once, in key order — no query per record.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID>
+  ) throws -> Prefetched<Model, Target> where Target.ID: Codable & Hashable & Sendable {
+    try access.fetch(
+      descriptor, including: try store.access(Target.self), by: keyPath, snapshot, built: try built())
+  }
+
+  /// ``fetch(_:including:by:)`` for an optional reference.
+  public func fetch<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID?>
+  ) throws -> Prefetched<Model, Target> where Target.ID: Codable & Hashable & Sendable {
+    try access.fetch(
+      descriptor, including: try store.access(Target.self), by: keyPath, snapshot, built: try built())
+  }
+
+  /// The records `descriptor` selects, each with the `Source` records that
+  /// refer to it through `keyPath` (in their key order), all from this
+  /// snapshot: one range of the relationship's inverse index per record.
+  public func fetch<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID>
+  ) throws -> PrefetchedReferrers<Model, Source> where Source.ID: Codable & Hashable & Sendable {
+    try access.fetch(
+      descriptor, withReferrers: try store.access(Source.self), by: keyPath, snapshot, built: try built())
+  }
+
+  /// ``fetch(_:withReferrers:by:)`` for an optional reference.
+  public func fetch<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID?>
+  ) throws -> PrefetchedReferrers<Model, Source> where Source.ID: Codable & Hashable & Sendable {
+    try access.fetch(
+      descriptor, withReferrers: try store.access(Source.self), by: keyPath, snapshot, built: try built())
   }
 
   /// How ``fetch(_:referencing:where:)`` runs: the target's plan, then the inverse index.

@@ -250,6 +250,35 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     } throws: { ($0 as? RepoError)?.code == .invalidRelationship }
   }
 
+  @Test func prefetchReadsRelatedRecordsFromOneSnapshot() async throws {
+    let store = try await Self.seeded()
+    try await store.repository(RPost.self).update(RPost(id: 4, authorID: 1, editorID: nil, title: "p4"))
+    let posts = store.repository(RPost.self)
+    var d = FetchDescriptor<RPost>(sortBy: [SortDescriptor(\.id)])
+    d.fetchLimit = 6
+    let withAuthors = try await posts.fetch(d, including: RAuthor.self, by: \.authorID)
+    #expect(withAuthors.map(\.0.id) == Array(0..<6))
+    #expect(withAuthors.allSatisfy { $0.1?.id == $0.0.authorID })
+    let withEditors = try await posts.fetch(d, including: RAuthor.self, by: \.editorID)
+    #expect(withEditors.map { $0.1?.id } == [1, 2, 0, 1, nil, 0])
+    // An author with its posts; a post with its comments and pins.
+    let authors = try await store.repository(RAuthor.self).fetch(
+      FetchDescriptor(sortBy: [SortDescriptor(\.id)]), withReferrers: RPost.self, by: \.authorID)
+    #expect(authors.map(\.0.id) == [0, 1, 2])
+    #expect(authors.map { $0.1.map(\.id) } == (0..<3).map { a in (0..<30).filter { $0 % 3 == a } })
+    let edited = try await store.repository(RAuthor.self).fetch(withReferrers: RPost.self, by: \.editorID)
+    #expect(edited.map(\.1.count).reduce(0, +) == 29)
+    let comments = try await posts.fetch(
+      FetchDescriptor(predicate: #Predicate { $0.id == 7 }), withReferrers: RComment.self, by: \.postID)
+    #expect(comments.first?.1.map(\.id) == [14, 15])
+    // A dangling reference prefetches as nil.
+    try await store.repository(RPin.self).insert(RPin(id: 99, postID: 7_777))
+    let pins = try await store.repository(RPin.self).fetch(
+      FetchDescriptor(predicate: #Predicate { $0.id >= 28 }, sortBy: [SortDescriptor(\.id)]), including: RPost.self,
+      by: \.postID)
+    #expect(pins.map { $0.1?.id } == [28, 29, nil])
+  }
+
   @Test func theShapeRecordsTheRelationships() throws {
     let store = try Store.inMemory(schema: Self.schema)
     let shape = try #require(try store.recordedShapes()["RPost"])

@@ -9,7 +9,7 @@ import Repo
 struct Relationships: Workload {
   let id = "16"
   let name = "relationships"
-  let title = "Relationships: cascade delete of an author with 100,000 posts, durable"
+  let title = "Relationships: posts fetched with their authors; cascade delete of an author with 100,000 posts, durable"
 
   func systems(chosen: [String]) -> [String] { chosen.filter { $0 == "cairn" || $0 == "sqlite" } }
 
@@ -53,6 +53,27 @@ struct Relationships: Workload {
       try store.close()
       return
     }
+    // Posts with their authors: windows of the posts of authors 1…10.
+    let window = min(1_000, n)
+    let fetches = 100
+    var fetched = 0
+    let tFetch = try time {
+      for q in 0..<fetches {
+        let lo = n + (q * 997) % max(1, n - window + 1)
+        let hi = lo + window
+        let pairs = try store.read {
+          try $0.repository(Post.self).fetch(
+            FetchDescriptor(predicate: #Predicate { $0.id >= lo && $0.id < hi }), including: Author.self,
+            by: \.authorID)
+        }
+        for (post, author) in pairs where author?.id == post.authorID { fetched += 1 }
+      }
+    }
+    guard fetched == fetches * window else { throw BenchError("fetched \(fetched) posts with authors") }
+    out.add(
+      "\(fetches) fetches of \(Workloads.label(window)) posts with their authors", .time, seconds: tFetch,
+      ops: fetches, note: "fetch(_:including:by:)")
+
     let t = try time { _ = try store.writeNow { tx in try tx.repository(Author.self).delete(id: 0) } }
     let left = try store.read { try $0.repository(Post.self).count() }
     guard left == n else { throw BenchError("\(left) posts left, not \(n)") }
@@ -93,6 +114,36 @@ struct Relationships: Workload {
       try SQLiteSystem.exec(db, "COMMIT")
       return
     }
+    let window = min(1_000, n)
+    let fetches = 100
+    var fetched = 0
+    let join = try SQLiteSystem.Statement(
+      db,
+      "SELECT p.id, p.authorID, p.title, a.id, a.name FROM post p JOIN author a ON a.id = p.authorID "
+        + "WHERE p.id >= ? AND p.id < ?")
+    let tFetch = try time {
+      for q in 0..<fetches {
+        let lo = n + (q * 997) % max(1, n - window + 1)
+        sqlite3_reset(join.stmt)
+        sqlite3_bind_int64(join.stmt, 1, Int64(lo))
+        sqlite3_bind_int64(join.stmt, 2, Int64(lo + window))
+        var pairs: [(Post, Author)] = []
+        while sqlite3_step(join.stmt) == SQLITE_ROW {
+          let s = join.stmt
+          let post = Post(
+            id: Int(sqlite3_column_int64(s, 0)), authorID: Int(sqlite3_column_int64(s, 1)),
+            title: String(cString: sqlite3_column_text(s, 2)))
+          let author = Author(id: Int(sqlite3_column_int64(s, 3)), name: String(cString: sqlite3_column_text(s, 4)))
+          pairs.append((post, author))
+        }
+        for (post, author) in pairs where author.id == post.authorID { fetched += 1 }
+      }
+    }
+    guard fetched == fetches * window else { throw BenchError("SQLite fetched \(fetched) posts with authors") }
+    out.add(
+      "\(fetches) fetches of \(Workloads.label(window)) posts with their authors", .time, seconds: tFetch,
+      ops: fetches, note: "JOIN author ON author.id = post.authorID")
+
     let t = try time { try SQLiteSystem.exec(db, "DELETE FROM author WHERE id = 0") }
     let check = try SQLiteSystem.Statement(db, "SELECT COUNT(*) FROM post")
     guard sqlite3_step(check.stmt) == SQLITE_ROW, sqlite3_column_int64(check.stmt, 0) == Int64(n) else {
