@@ -121,7 +121,7 @@ struct Relationships: Workload {
       db,
       "SELECT p.id, p.authorID, p.title, a.id, a.name FROM post p JOIN author a ON a.id = p.authorID "
         + "WHERE p.id >= ? AND p.id < ?")
-    let tFetch = try time {
+    let tFetch = time {
       for q in 0..<fetches {
         let lo = n + (q * 997) % max(1, n - window + 1)
         sqlite3_reset(join.stmt)

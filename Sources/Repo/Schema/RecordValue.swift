@@ -11,20 +11,33 @@ import Foundation
 /// }
 /// ```
 public enum RecordValue: Sendable, Equatable, CustomStringConvertible {
+  /// A nil (tag 0x00).
   case null
+  /// A Bool (tags 0x01, 0x02).
   case bool(Bool)
+  /// A signed integer of any width (tag 0x03).
   case int(Int64)
+  /// An unsigned integer of any width (tag 0x04).
   case uint(UInt64)
+  /// A Double (tag 0x05).
   case double(Double)
+  /// A Float (tag 0x06).
   case float(Float)
+  /// A String (tag 0x07).
   case string(String)
+  /// Data (tag 0x08).
   case data(Data)
+  /// A Date (tag 0x09).
   case date(Date)
+  /// A UUID (tag 0x0A).
   case uuid(UUID)
   /// A struct: its fields in stored order.
   case object([(String, RecordValue)])
+  /// An array (tag 0x0C).
   case array([RecordValue])
 
+  /// Equal cases with equal payloads; floating-point values and dates by
+  /// their bits, so a NaN equals itself.
   public static func == (a: RecordValue, b: RecordValue) -> Bool {
     switch (a, b) {
     case (.null, .null): return true
@@ -125,6 +138,8 @@ extension RecordValue: Encodable {
     init?(intValue: Int) { nil }
   }
 
+  /// Encodes the value as the record encoding would store it: a struct as
+  /// a keyed container, an array as an unkeyed one.
   public func encode(to encoder: any Encoder) throws {
     switch self {
     case .object(let fields):
