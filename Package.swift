@@ -33,7 +33,7 @@ let package = Package(
     // (Engine), and on where byte predicates last found a field (Repo).
     .target(name: "CAtomics", path: "Sources/CAtomics"),
     .target(name: "Engine", dependencies: ["CLZ4", "CXXHash", "CAtomics"]),
-    .target(name: "Repo", dependencies: ["Engine", "CAtomics"]),
+    .target(name: "Repo", dependencies: ["Engine", "CAtomics", "CXXHash"]),
     .target(name: "EngineTestSupport", dependencies: ["Engine"]),
     // enginectl's commands, as a library the executable, the tests and the
     // fuzzer run.

@@ -43,6 +43,9 @@ public final class WriteTransaction: KeyValueReader {
 
   /// The sequence this transaction's commit gets, if it changes anything.
   public let sequence: CommitSequence
+  /// The writer's state as the transaction began (references only: the
+  /// trees are copy-on-write and shared with the editor's).
+  private let start: WriterState
 
   init(database: Database, holding hold: consuming WriterGate.Hold, claim: WriteClaim) {
     self.database = database
@@ -53,7 +56,21 @@ public final class WriteTransaction: KeyValueReader {
         store: hold.state.store, owner: database.nextGeneration(), nodeSize: database.options.nodeSize,
         largeValueThreshold: database.options.largeValueThreshold), trackingChanges: false)
     self.sequence = hold.state.sequence.next
+    self.start = hold.state
     self.hold = consume hold
+  }
+
+  /// A snapshot of the store as this transaction found it: every commit
+  /// before it, none of its own changes. It stays readable after the
+  /// transaction ends, like any snapshot (``Snapshot``).
+  public func snapshotAtStart() throws -> Snapshot {
+    try checkOpen()
+    // The log position is what a version tells a process following the
+    // store; a snapshot only reads the trees.
+    let version = Version(
+      sequence: start.sequence, trees: start.trees, store: start.store, checkpoint: start.checkpoint,
+      log: LogPosition(walSalt: 0, walEnd: 0, dataGeneration: start.dataGeneration))
+    return Snapshot(database: database, version: version)
   }
 
   /// Hands the gate to the commit.

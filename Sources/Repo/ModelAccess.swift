@@ -715,7 +715,7 @@ extension ModelAccess {
           source: space.name, name: rel.name, rule: rel.deleteRule, indexKeyspace: r.indexKeyspace,
           nullify: { [unowned self] tx, key in try self.nullify(key, rel, tx) },
           onlyIndex: space.writers.count == 1 && space.writers[0].keyspace == r.indexKeyspace,
-          records: space.records)
+          records: space.records, target: rel.target, optional: rel.optional, allowsDangling: rel.allowsDangling)
       )
     }
     graph.register(source: space.name, edges: edges)

@@ -70,17 +70,9 @@ public struct Relationship<Model>: @unchecked Sendable {
     allowsDangling: Bool = false, name: String? = nil
   ) -> Relationship where Target.ID: Encodable {
     let name = name ?? Index<Model>.componentName(keyPath)
-    let index = Index<Model>.index(keyPath, name: Self.indexName(name))
-    return Relationship(
-      name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: false,
-      allowsDangling: allowsDangling, keyPath: keyPath, index: index,
-      // The index's own writer: a stored id is read at its offset, with no
-      // key path applied (the key encoding of an id is its record key).
-      reference: { p in
-        let e = KeyEncoder()
-        try index.write(p, e)
-        return e.bytes
-      }, clear: nil)
+    return make(
+      name, ModelSpace<Target>.storedName(of: Target.self), rule, optional: false, allowsDangling, keyPath,
+      Index<Model>.index(keyPath, name: Self.indexName(name)), clear: nil)
   }
 
   /// An optional reference to a `Target` record, by its id.
@@ -89,17 +81,26 @@ public struct Relationship<Model>: @unchecked Sendable {
     allowsDangling: Bool = false, name: String? = nil
   ) -> Relationship where Target.ID: Encodable {
     let name = name ?? Index<Model>.componentName(keyPath)
-    let index = Index<Model>.index(keyPath, name: Self.indexName(name))
-    return Relationship(
-      name: name, target: ModelSpace<Target>.storedName(of: Target.self), deleteRule: rule, optional: true,
+    return make(
+      name, ModelSpace<Target>.storedName(of: Target.self), rule, optional: true, allowsDangling, keyPath,
+      Index<Model>.index(keyPath, name: Self.indexName(name)), clear: { $0[keyPath: keyPath] = nil })
+  }
+
+  private static func make(
+    _ name: String, _ target: String, _ rule: DeleteRule, optional: Bool, _ allowsDangling: Bool,
+    _ keyPath: AnyKeyPath, _ index: Index<Model>, clear: ((inout Model) -> Void)?
+  ) -> Relationship {
+    Relationship(
+      name: name, target: target, deleteRule: rule, optional: optional,
       allowsDangling: allowsDangling, keyPath: keyPath, index: index,
-      // A nil reference is the lone nil marker.
+      // The index's own writer: a stored id is read at its offset, with no
+      // key path applied (the key encoding of an id is its record key); a
+      // nil reference is the lone nil marker.
       reference: { p in
         let e = KeyEncoder()
         try index.write(p, e)
-        return e.bytes == [0] ? nil : e.bytes
-      },
-      clear: { $0[keyPath: keyPath] = nil })
+        return optional && e.bytes == [0] ? nil : e.bytes
+      }, clear: clear)
   }
 
   /// The name of the inverse index of relationship `name`.
@@ -128,6 +129,12 @@ final class RelationshipGraph: @unchecked Sendable {
     let onlyIndex: Bool
     /// The source's records keyspace.
     let records: String
+    /// The model referred to.
+    let target: String
+    /// Whether the reference may be nil (stored in the index as the nil marker).
+    let optional: Bool
+    /// Whether the reference may name a missing record.
+    let allowsDangling: Bool
   }
 
   private let lock = NSLock()
@@ -155,6 +162,22 @@ final class RelationshipGraph: @unchecked Sendable {
 
   func incoming(_ target: String) -> [Edge] { lock.withLock { edges[target] ?? [] } }
 
+  /// Every registered relationship, by the keyspace of its inverse index.
+  func byIndexKeyspace() -> [String: Edge] {
+    lock.withLock {
+      var out: [String: Edge] = [:]
+      for list in edges.values { for e in list { out[e.indexKeyspace] = e } }
+      return out
+    }
+  }
+
+  /// The models that refer to `target` in their recorded shapes but were
+  /// not registered in this process: their references cannot be followed.
+  func unseenSources(of target: String, _ reader: some KeyValueReader) throws -> [String] {
+    let seen = lock.withLock { sources }
+    return try recordedSources(target, reader).filter { !seen.contains($0) }.sorted()
+  }
+
   /// Whether deleting records of `target` may have to follow a relationship:
   /// one registered, or one a recorded shape names.
   func mayBeReferenced(_ target: String, _ reader: some KeyValueReader) throws -> Bool {
@@ -165,10 +188,7 @@ final class RelationshipGraph: @unchecked Sendable {
   private func recordedSources(_ target: String, _ reader: some KeyValueReader) throws -> Set<String> {
     if let known = lock.withLock({ recorded }) { return known[target] ?? [] }
     var found: [String: Set<String>] = [:]
-    for keyspace in try reader.keyspaces() where keyspace.hasSuffix("#meta") && !keyspace.hasPrefix("#") {
-      guard let bytes = try reader.get(schemaMetaKey, in: keyspace),
-        let shape = try? JSONDecoder().decode(ModelShape.self, from: Data(bytes))
-      else { continue }
+    for shape in try recordedShapes(in: reader).values {
       for r in shape.relationships ?? [] where r.deleteRule != .noAction {
         found[r.target, default: []].insert(shape.model)
       }
@@ -218,9 +238,8 @@ final class RelationshipGraph: @unchecked Sendable {
     // Every model losing records must have all its referrers known: a rule
     // a recorded shape names, of a model this process has not seen, cannot
     // be followed — refused before anything changes.
-    let seen = lock.withLock { sources }
     for model in found.keys {
-      for source in try recordedSources(model, tx) where !seen.contains(source) {
+      for source in try unseenSources(of: model, tx) {
         throw RepoError(
           .invalidRelationship,
           "model \(source) refers to \(model), but this store has not seen \(source): list it in the Schema the store is opened with",

@@ -43,6 +43,13 @@ public struct RepoError: Error, CustomStringConvertible, Sendable, Equatable {
     /// A relationship cannot be declared or followed as it is (a nullify
     /// rule on a required reference; a referring model the store has not seen).
     case invalidRelationship
+    /// An undo or redo was refused: a record it would restore changed since
+    /// (a later commit, in any process, wrote it), or restoring it would
+    /// leave a reference to a record deleted since, or delete one referred
+    /// to since. Nothing was changed; the action stays on its stack.
+    case undoConflict
+    /// ``Store/undo()`` or ``Store/redo()`` found nothing to undo or redo.
+    case nothingToUndo
   }
 
   /// What kind of failure this is.

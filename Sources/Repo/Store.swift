@@ -34,6 +34,7 @@ public final class Store: Sendable {
   let spaces: SpaceCache
   let counters = RepoCounters()
   private let schemaLog = Mutex<[SchemaChange]>([])
+  let undoLog = UndoLog()
   /// Persistent history, when recorded.
   public let history: HistoryOptions?
 
@@ -154,18 +155,7 @@ public final class Store: Sendable {
 
   /// The shape each model has as recorded in the store, by stored name.
   public func recordedShapes() throws -> [String: ModelShape] {
-    let snapshot = try database.snapshot()
-    var shapes: [String: ModelShape] = [:]
-    for keyspace in try snapshot.keyspaces() where keyspace.hasSuffix("#meta") && !keyspace.hasPrefix("#") {
-      guard let bytes = try snapshot.get(schemaMetaKey, in: keyspace) else { continue }
-      let model = String(keyspace.dropLast("#meta".count))
-      do {
-        shapes[model] = try JSONDecoder().decode(ModelShape.self, from: Data(bytes))
-      } catch {
-        throw RepoError(.decoding, "the recorded shape does not parse: \(error)", model: model)
-      }
-    }
-    return shapes
+    try Repo.recordedShapes(in: try database.snapshot())
   }
 
   func noteSchemaChanges(_ changes: [SchemaChange]) {
@@ -335,6 +325,139 @@ public final class Store: Sendable {
       let result = try body(StoreTransaction(store: self, transaction: tx))
       if let history { try HistoryLog.record(tx, history) }
       return result
+    }
+  }
+
+  // MARK: Undo
+
+  /// Runs `body` in one write transaction, commits it, and keeps what it
+  /// changed so ``undo()`` can restore it: an action named `name` ("Delete
+  /// Post") on top of the undo stack (or folded into the open group, see
+  /// ``beginUndoGroup(_:)``). A new action empties the redo stack.
+  ///
+  /// Everything the transaction changed is kept — cascades, nullified
+  /// references, range deletes, index entries — as the keys it changed and
+  /// the values they held before (read from the snapshot the transaction
+  /// started from, after `body` ran). A transaction too big to keep (past
+  /// ``undoLimits``' bytes, or over `WriteSet.keyLimit` keys in one
+  /// keyspace) or one that changed the recorded shape or indexes of a
+  /// model that held records (a schema change applied inside it) commits
+  /// all the same, and empties both stacks: nothing before it can be undone
+  /// in order. (A model's first shape, recorded with its first records,
+  /// stays when they are undone.)
+  @discardableResult
+  public func write<T: Sendable>(
+    undoable name: String, _ body: @escaping @Sendable (StoreTransaction) throws -> T
+  ) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+      writeQueue.async {
+        continuation.resume(with: Result { try self.writeNow(undoable: name, body) })
+      }
+    }
+  }
+
+  /// ``write(undoable:_:)`` without `async`: blocks the calling thread until committed.
+  @discardableResult
+  public func writeNow<T>(undoable name: String, _ body: (StoreTransaction) throws -> T) throws -> T {
+    var entry = UndoEntry(id: undoLog.makeID(), name: name, token: .zero)
+    var kept = true
+    let result = try database.write(trackingChanges: true) { tx in
+      let start = try tx.snapshotAtStart()
+      let result = try body(StoreTransaction(store: self, transaction: tx))
+      entry.token = ChangeToken(tx.sequence)
+      do {
+        try UndoCapture.capture(tx, start: start, into: &entry)
+      } catch is UndoCapture.Refusal {
+        kept = false
+      }
+      if let history { try HistoryLog.record(tx, history) }
+      return result
+    }
+    if !kept {
+      undoLog.removeAll()
+    } else if !entry.spaces.isEmpty {
+      undoLog.record(entry)
+    }
+    return result
+  }
+
+  /// What is kept to undo; changing it trims the undo stack at the next action.
+  public var undoLimits: UndoLimits {
+    get { undoLog.withLock { $0.limits } }
+    set { undoLog.withLock { $0.limits = newValue } }
+  }
+
+  /// The actions ``undo()`` would undo, oldest first (the next one last).
+  public var undoActions: [UndoAction] { undoLog.undoActions }
+  /// The actions ``redo()`` would redo, oldest first (the next one last).
+  public var redoActions: [UndoAction] { undoLog.redoActions }
+  /// Whether there is an action to undo.
+  public var canUndo: Bool { !undoActions.isEmpty }
+  /// Whether there is an action to redo.
+  public var canRedo: Bool { !redoActions.isEmpty }
+
+  /// Groups every undoable write until the matching ``endUndoGroup()``
+  /// into one action named `name`, undone and redone as one. Groups nest;
+  /// the outermost name is kept.
+  public func beginUndoGroup(_ name: String) { undoLog.beginGroup(name) }
+
+  /// Closes the group ``beginUndoGroup(_:)`` opened; at the outermost, its
+  /// action goes on the undo stack.
+  public func endUndoGroup() { undoLog.endGroup() }
+
+  /// Undoes the newest action: a new commit that restores exactly what it
+  /// changed, seen by observers, change streams and history like any
+  /// other. The action moves to the redo stack, and is returned.
+  ///
+  /// - Throws: `RepoError.nothingToUndo`; `RepoError.undoConflict` when a
+  ///   record it would restore was changed since by a later commit (in any
+  ///   process), or restoring it would break a relationship (a reference to
+  ///   a record deleted since, or a record referred to since) — nothing is
+  ///   changed and the action stays; engine errors as for any write.
+  @discardableResult
+  public func undo() async throws -> UndoAction {
+    try await onWriteQueue { try self.undoNow() }
+  }
+
+  /// Redoes the newest undone action (see ``undo()``), moving it back to
+  /// the undo stack.
+  @discardableResult
+  public func redo() async throws -> UndoAction {
+    try await onWriteQueue { try self.redoNow() }
+  }
+
+  /// ``undo()`` without `async`. With `action`, only if it is the next one
+  /// to undo (else `RepoError.nothingToUndo`).
+  @discardableResult
+  public func undoNow(_ action: UndoAction? = nil) throws -> UndoAction {
+    try move(redo: false, id: action?.id)
+  }
+
+  /// ``redo()`` without `async`. With `action`, only if it is the next one
+  /// to redo (else `RepoError.nothingToUndo`).
+  @discardableResult
+  public func redoNow(_ action: UndoAction? = nil) throws -> UndoAction {
+    try move(redo: true, id: action?.id)
+  }
+
+  /// Forgets every action to undo and redo.
+  public func removeAllUndoActions() { undoLog.removeAll() }
+
+  private func move(redo: Bool, id: UInt64?) throws -> UndoAction {
+    while undoLog.isGrouping { undoLog.endGroup() }
+    undoLog.serial.lock()
+    defer { undoLog.serial.unlock() }
+    guard let entry = undoLog.top(redo: redo, id: id) else {
+      throw RepoError(.nothingToUndo, redo ? "there is nothing to redo" : "there is nothing to undo")
+    }
+    let inverse = try writeNow { tx in try UndoCapture.apply(entry, tx.transaction, graph: spaces.graph) }
+    undoLog.moved(entry.id, redo: redo, inverse: inverse)
+    return inverse.action
+  }
+
+  private func onWriteQueue<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+      writeQueue.async { continuation.resume(with: Result { try body() }) }
     }
   }
 

@@ -337,24 +337,6 @@ enum NoteMigrations {
     static let indexes: [Index<Migrated>] = [.index(\.createdAt), .index(\.priority)]
   }
 
-  /// Starts the worker on `path`, returns once it says "migrating".
-  static func start(_ path: String) throws -> Process {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: SharedStoreTests.workerPath)
-    p.arguments = ["migrate", path]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    var seen = ""
-    while !seen.contains("migrating") {
-      let chunk = out.fileHandleForReading.availableData
-      if chunk.isEmpty { break }
-      seen += String(decoding: chunk, as: UTF8.self)
-    }
-    return p
-  }
-
   @Test func aKilledMigrationLeavesTheStoreBeforeOrAfterEachStep() async throws {
     let count = runningUnderTSan ? 2_000 : 20_000
     let seed = TempFolder()
@@ -370,7 +352,7 @@ enum NoteMigrations {
     // One run to the end, timed.
     let whole = try copy()
     let began = Date()
-    let full = try Self.start(whole.path)
+    let full = try startWorker("migrate", whole.path, until: "migrating")
     full.waitUntilExit()
     let duration = Date().timeIntervalSince(began)
     #expect(full.terminationStatus == 0)
@@ -378,7 +360,7 @@ enum NoteMigrations {
     var states: [Int: Int] = [:]
     for k in 1...7 {
       let folder = try copy()
-      let worker = try Self.start(folder.path)
+      let worker = try startWorker("migrate", folder.path, until: "migrating")
       usleep(UInt32(duration * Double(k) / 8 * 1_000_000))
       kill(worker.processIdentifier, SIGKILL)
       worker.waitUntilExit()

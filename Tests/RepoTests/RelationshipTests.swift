@@ -326,7 +326,7 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     var model = Model()
     var nextID = 0
     var (denied, missing, cascaded) = (0, 0, 0)
-    let operations = runningUnderTSan ? 2_000 : 5_000
+    let operations = runningUnderTSan ? 2_000 : 10_000
     for step in 0..<operations {
       nextID += 1
       let id = nextID
@@ -497,23 +497,6 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     static let relationships: [Relationship<KPost>] = [.to(KAuthor.self, by: \.authorID, onDelete: .cascade)]
   }
 
-  static func start(_ path: String) throws -> Process {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: SharedStoreTests.workerPath)
-    p.arguments = ["cascade", path]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    var seen = ""
-    while !seen.contains("deleting") {
-      let chunk = out.fileHandleForReading.availableData
-      if chunk.isEmpty { break }
-      seen += String(decoding: chunk, as: UTF8.self)
-    }
-    return p
-  }
-
   @Test func aKilledCascadeLeavesAllOrNone() async throws {
     let count = runningUnderTSan ? 2_000 : 20_000
     let seed = TempFolder()
@@ -532,7 +515,7 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     }
     let whole = try copy()
     let began = Date()
-    let full = try Self.start(whole.path)
+    let full = try startWorker("cascade", whole.path, until: "deleting")
     full.waitUntilExit()
     let duration = Date().timeIntervalSince(began)
     #expect(full.terminationStatus == 0)
@@ -540,7 +523,7 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     var outcomes: [Bool: Int] = [:]
     for k in 1...6 {
       let folder = try copy()
-      let worker = try Self.start(folder.path)
+      let worker = try startWorker("cascade", folder.path, until: "deleting")
       usleep(UInt32(duration * Double(k) / 7 * 1_000_000))
       kill(worker.processIdentifier, SIGKILL)
       worker.waitUntilExit()

@@ -16,3 +16,22 @@ final class TempFolder {
   let path = NSTemporaryDirectory() + "cairn-repo-\(UUID().uuidString)"
   deinit { try? FileManager.default.removeItem(atPath: path) }
 }
+
+/// Starts `cairn-store-worker MODE PATH` and returns once it has printed
+/// `word` (the point a test kills it after).
+func startWorker(_ mode: String, _ path: String, until word: String) throws -> Process {
+  let p = Process()
+  p.executableURL = URL(fileURLWithPath: SharedStoreTests.workerPath)
+  p.arguments = [mode, path]
+  let out = Pipe()
+  p.standardOutput = out
+  p.standardError = FileHandle.nullDevice
+  try p.run()
+  var seen = ""
+  while !seen.contains(word) {
+    let chunk = out.fileHandleForReading.availableData
+    if chunk.isEmpty { break }
+    seen += String(decoding: chunk, as: UTF8.self)
+  }
+  return p
+}

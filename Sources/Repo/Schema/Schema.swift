@@ -174,18 +174,31 @@ let schemaMetaKey = Array("schema".utf8)
 /// The meta key prefix of a built index.
 let indexMetaPrefix = Array("index:".utf8)
 
+/// The shape recorded in the meta keyspace `meta` of `model`, if any.
+func recordedShape(of model: String, meta: String, in reader: some KeyValueReader) throws -> ModelShape? {
+  guard let bytes = try reader.get(schemaMetaKey, in: meta) else { return nil }
+  do {
+    return try JSONDecoder().decode(ModelShape.self, from: Data(bytes))
+  } catch {
+    throw RepoError(.decoding, "the recorded shape does not parse: \(error)", model: model)
+  }
+}
+
+/// Every recorded shape in `reader`, by stored model name.
+func recordedShapes(in reader: some KeyValueReader) throws -> [String: ModelShape] {
+  var shapes: [String: ModelShape] = [:]
+  for keyspace in try reader.keyspaces() where keyspace.hasSuffix("#meta") && !keyspace.hasPrefix("#") {
+    let model = String(keyspace.dropLast("#meta".count))
+    shapes[model] = try recordedShape(of: model, meta: keyspace, in: reader)
+  }
+  return shapes
+}
+
 extension ModelAccess {
   /// Compares the shape `reader` recorded with the declared one.
   func schemaPlan(_ reader: some KeyValueReader) throws -> SchemaPlan {
     let name = space.name
-    var stored: ModelShape?
-    if let bytes = try reader.get(schemaMetaKey, in: space.meta) {
-      do {
-        stored = try JSONDecoder().decode(ModelShape.self, from: Data(bytes))
-      } catch {
-        throw RepoError(.decoding, "the recorded shape does not parse: \(error)", model: name)
-      }
-    }
+    let stored = try recordedShape(of: name, meta: space.meta, in: reader)
     let records = Int(try reader.count(in: space.records))
     let declared = shape
     var next = declared
