@@ -9,7 +9,8 @@ import Repo
 struct Relationships: Workload {
   let id = "16"
   let name = "relationships"
-  let title = "Relationships: posts fetched with their authors; cascade delete of an author with 100,000 posts, durable"
+  let title =
+    "Relationships: posts fetched with their authors; cascade delete of an author with 100,000 posts; undo of a batch delete; durable"
 
   func systems(chosen: [String]) -> [String] { chosen.filter { $0 == "cairn" || $0 == "sqlite" } }
 
@@ -77,8 +78,26 @@ struct Relationships: Workload {
     let t = try time { _ = try store.writeNow { tx in try tx.repository(Author.self).delete(id: 0) } }
     let left = try store.read { try $0.repository(Post.self).count() }
     guard left == n else { throw BenchError("\(left) posts left, not \(n)") }
-    try store.close()
     out.add(row, .time, seconds: t, ops: n)
+
+    // Undo: a batch delete of posts kept to undo, then undone.
+    let batch = min(10_000, n)
+    let (lo, hi) = (n, n + batch)
+    let tDelete = try time {
+      _ = try store.writeNow(undoable: "Delete Posts") { tx in
+        try tx.repository(Post.self).delete(matching: #Predicate { $0.id >= lo && $0.id < hi })
+      }
+    }
+    let tUndo = try time { _ = try store.undoNow() }
+    let back = try store.read { try $0.repository(Post.self).count() }
+    guard back == n else { throw BenchError("\(back) posts after the undo, not \(n)") }
+    try store.close()
+    out.add(
+      "undoable batch delete of \(Workloads.label(batch)) posts, durable", .time, seconds: tDelete, ops: batch,
+      note: "write(undoable:)")
+    out.add(
+      "undo of a \(Workloads.label(batch))-record batch delete, durable", .time, seconds: tUndo, ops: batch,
+      note: "undo()")
   }
 
   private func sqlite(folder: String, n: Int, build: Bool, row: String, _ out: Recorder) throws {
@@ -150,5 +169,35 @@ struct Relationships: Workload {
       throw BenchError("the cascade left the wrong posts")
     }
     out.add(row, .time, seconds: t, ops: n, note: "ON DELETE CASCADE, index on post(authorID)")
+
+    // Undo as SQLite's own write-up does it: a trigger logs what a delete
+    // removes (here the rows, in a TEMP table), and undo puts them back.
+    let batch = min(10_000, n)
+    try SQLiteSystem.exec(
+      db,
+      """
+      CREATE TEMP TABLE undolog(id INTEGER, authorID INTEGER, title TEXT);
+      CREATE TEMP TRIGGER post_undo AFTER DELETE ON post BEGIN
+        INSERT INTO undolog VALUES(old.id, old.authorID, old.title);
+      END;
+      """)
+    let tDelete = try time {
+      try SQLiteSystem.exec(db, "DELETE FROM post WHERE id >= \(n) AND id < \(n + batch)")
+    }
+    let tUndo = try time {
+      try SQLiteSystem.exec(
+        db,
+        "BEGIN; INSERT INTO post SELECT id, authorID, title FROM undolog; DELETE FROM undolog; COMMIT")
+    }
+    let recount = try SQLiteSystem.Statement(db, "SELECT COUNT(*) FROM post")
+    guard sqlite3_step(recount.stmt) == SQLITE_ROW, sqlite3_column_int64(recount.stmt, 0) == Int64(n) else {
+      throw BenchError("the undo left the wrong posts")
+    }
+    out.add(
+      "undoable batch delete of \(Workloads.label(batch)) posts, durable", .time, seconds: tDelete, ops: batch,
+      note: "AFTER DELETE trigger into a TEMP undo log")
+    out.add(
+      "undo of a \(Workloads.label(batch))-record batch delete, durable", .time, seconds: tUndo, ops: batch,
+      note: "INSERT … SELECT from the undo log")
   }
 }

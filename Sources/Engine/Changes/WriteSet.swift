@@ -82,6 +82,13 @@ public struct KeyspaceChanges: Sendable {
   /// that were removed by a single delete too.
   public var changedKeys: [[UInt8]] { keys.compactMap { $0.value.before || $0.value.after ? $0.key : nil } }
 
+  /// Calls `body` with every key stored or removed one by one, in no
+  /// order, and whether it was present before the transaction and after it
+  /// (a key stored and removed again, absent both times, is skipped).
+  public func forEachKey(_ body: (_ key: [UInt8], _ before: Bool, _ after: Bool) throws -> Void) rethrows {
+    for (key, state) in keys where state.before || state.after { try body(key, state.before, state.after) }
+  }
+
   /// Whether the keyspace's keys changed at all.
   public var isEmpty: Bool {
     isComplete && deletedRanges.isEmpty && !created && !dropped && keys.values.allSatisfy { $0.before == $0.after }

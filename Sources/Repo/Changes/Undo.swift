@@ -41,16 +41,19 @@ public struct UndoAction: Sendable, Hashable, Identifiable, CustomStringConverti
 /// a hash of the value after (nil: absent), to tell whether a later commit
 /// changed it.
 struct UndoChange {
+  var key: [UInt8]
   var before: [UInt8]?
   var after: UInt64?
+
+  var cost: Int { key.count + (before?.count ?? 0) + 48 }
 }
 
-/// What undoing an action writes: per keyspace, per key, its change.
+/// What undoing an action writes: per keyspace, its changes in key order.
 struct UndoEntry {
   var id: UInt64
   var name: String
   var token: ChangeToken
-  var spaces: [String: [[UInt8]: UndoChange]] = [:]
+  var spaces: [String: [UndoChange]] = [:]
   var bytes = 0
 
   var action: UndoAction {
@@ -58,25 +61,31 @@ struct UndoEntry {
     return UndoAction(id: id, name: name, token: token, records: records, bytes: bytes)
   }
 
-  mutating func add(_ key: [UInt8], _ change: UndoChange, in keyspace: String) {
-    spaces[keyspace, default: [:]][key] = change
-    bytes += UndoEntry.cost(key, change)
+  /// Sets the changes of `keyspace`, sorting them by key.
+  mutating func set(_ changes: [UndoChange], in keyspace: String, sorted: Bool = false) {
+    guard !changes.isEmpty else { return }
+    var changes = changes
+    if !sorted { changes.sort { $0.key.lexicographicallyPrecedes($1.key) } }
+    bytes += changes.reduce(0) { $0 + $1.cost }
+    spaces[keyspace] = changes
   }
-
-  static func cost(_ key: [UInt8], _ change: UndoChange) -> Int { key.count + (change.before?.count ?? 0) + 48 }
 
   /// Folds `later`, which followed this entry, into it: undoing the result
   /// undoes both. A key both changed keeps this entry's value before and
   /// `later`'s value after.
   mutating func fold(_ later: UndoEntry) {
     for (space, changes) in later.spaces {
-      for (key, change) in changes {
-        if spaces[space]?[key] != nil {
-          spaces[space]![key]!.after = change.after
-        } else {
-          add(key, change, in: space)
-        }
+      guard let mine = spaces[space] else {
+        set(changes, in: space, sorted: true)
+        continue
       }
+      var byKey = Dictionary(uniqueKeysWithValues: mine.map { ($0.key, $0) })
+      for c in changes {
+        if byKey[c.key] != nil { byKey[c.key]!.after = c.after } else { byKey[c.key] = c }
+      }
+      bytes -= mine.reduce(0) { $0 + $1.cost }
+      spaces[space] = nil
+      set(Array(byKey.values), in: space)
     }
     token = later.token
   }
@@ -219,37 +228,40 @@ enum UndoCapture {
     guard let changes = tx.changes, changes.isComplete else { throw Refusal.tooLarge }
     for (name, c) in changes.keyspaces where !name.hasPrefix("#") {
       guard c.isComplete else { throw Refusal.tooLarge }
-      // (Not `c.isEmpty`: that is about presence, and an update leaves a
-      // key present.)
-      let touched = c.changedKeys
-      if touched.isEmpty && c.deletedRanges.isEmpty && !c.dropped { continue }
+      let ranges = c.dropped ? [KeyRange.all] : c.deletedRanges
       if name.hasSuffix("#meta") {
         // A model's first shape and index markers, recorded as its first
         // records went in, may stay when those go: nothing was built over
         // records it already had. Any other change to a shape or an index
         // cannot be undone key by key.
+        var fresh = ranges.isEmpty
+        c.forEachKey { _, before, _ in if before { fresh = false } }
         let model = String(name.dropLast("#meta".count))
-        guard !c.dropped, c.deletedRanges.isEmpty, try start.count(in: model, range: .all) == 0,
-          try touched.allSatisfy({ try start.get($0, in: name) == nil })
-        else { throw Refusal.schema }
+        guard fresh, try start.count(in: model, range: .all) == 0 else { throw Refusal.schema }
         continue
       }
-      for key in touched {
-        let before = try start.get(key, in: name)
-        let after = try tx.get(key, in: name)
-        if before == after { continue }
-        entry.add(key, UndoChange(before: before, after: after.map(undoHash)), in: name)
+      var items: [UndoChange] = []
+      // Known presence saves a read: a key absent before (or after) has no
+      // value to fetch there. (Not `c.isEmpty`: an update leaves a key
+      // present, so it is not a change of presence.)
+      try c.forEachKey { key, wasPresent, isPresent in
+        let before = wasPresent ? try start.get(key, in: name) : nil
+        let after = isPresent ? try tx.get(key, in: name) : nil
+        if before != after { items.append(UndoChange(key: key, before: before, after: after.map(undoHash))) }
       }
-      let ranges = c.dropped ? [KeyRange.all] : c.deletedRanges
-      guard !ranges.isEmpty else { continue }
-      let skip = Set(touched)
-      for range in ranges {
-        let cursor = try start.cursor(in: name, range: range)
-        while let (key, value) = try cursor.next({ k, v in (Array(k), Array(v)) }) {
-          if skip.contains(key) || entry.spaces[name]?[key] != nil { continue }
-          entry.add(key, UndoChange(before: value, after: nil), in: name)
+      if !ranges.isEmpty {
+        // Range-deleted keys not stored again (those are above): their
+        // values before, in key order.
+        var seen = Set<[UInt8]>()
+        c.forEachKey { key, _, _ in seen.insert(key) }
+        for range in ranges {
+          let cursor = try start.cursor(in: name, range: range)
+          while let item = try cursor.next({ k, v in UndoChange(key: Array(k), before: Array(v), after: nil) }) {
+            if seen.insert(item.key).inserted { items.append(item) }
+          }
         }
       }
+      entry.set(items, in: name)
     }
   }
 
@@ -264,19 +276,21 @@ enum UndoCapture {
     }
     for name in names {
       let changes = entry.spaces[name]!
-      for key in changes.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-        let change = changes[key]!
-        let current = try tx.get(key, in: name)
+      var undone: [UndoChange] = []
+      undone.reserveCapacity(changes.count)
+      for change in changes {
+        let current = try tx.get(change.key, in: name)
         guard current.map(undoHash) == change.after else {
-          throw conflict(entry, name, key, "it changed since")
+          throw conflict(entry, name, change.key, "it changed since")
         }
         if let before = change.before {
-          try tx.put(key, before, in: name)
+          try tx.put(change.key, before, in: name)
         } else {
-          _ = try tx.delete(key, in: name)
+          _ = try tx.delete(change.key, in: name)
         }
-        inverse.add(key, UndoChange(before: current, after: change.before.map(undoHash)), in: name)
+        undone.append(UndoChange(key: change.key, before: current, after: change.before.map(undoHash)))
       }
+      inverse.set(undone, in: name, sorted: true)
     }
     try checkReferences(entry, tx, graph: graph)
     return inverse
@@ -291,7 +305,8 @@ enum UndoCapture {
       if let edge = relationships[name], !edge.allowsDangling {
         // Restored index entries: key = the referred-to key, then the
         // referring key (the value).
-        for (key, change) in changes {
+        for change in changes {
+          let key = change.key
           guard let source = change.before, source.count < key.count else { continue }
           let target = Array(key.prefix(key.count - source.count))
           if edge.optional && target == [0] { continue }
@@ -304,7 +319,7 @@ enum UndoCapture {
         }
       }
       guard !name.contains("#") else { continue }
-      let removed = changes.compactMap { $0.value.before == nil ? $0.key : nil }
+      let removed = changes.compactMap { $0.before == nil ? $0.key : nil }
       guard !removed.isEmpty else { continue }
       if let unseen = try graph.unseenSources(of: name, tx).first {
         throw RepoError(
