@@ -860,6 +860,15 @@ extension ModelAccess {
     _ d: FetchDescriptor<M>, including target: ModelAccess<T>, by keyPath: AnyKeyPath,
     _ reader: some KeyValueReader, built: Set<String>
   ) throws -> Prefetched<M, T> {
+    try fetchWithReferences(d, including: target, by: keyPath, reader, built: built).value
+  }
+
+  /// ``fetch(_:including:by:_:built:)``, and each record's reference (the
+  /// referred-to record key; empty for nil).
+  func fetchWithReferences<T>(
+    _ d: FetchDescriptor<M>, including target: ModelAccess<T>, by keyPath: AnyKeyPath,
+    _ reader: some KeyValueReader, built: Set<String>
+  ) throws -> (value: Prefetched<M, T>, references: [[UInt8]]) {
     let r = try relationship(on: keyPath, to: target.space.name)
     let models = try fetch(d, reader, built: built)
     var references: [[UInt8]] = []
@@ -886,7 +895,7 @@ extension ModelAccess {
       }
       slots[i] = lastSlot
     }
-    return Prefetched(records: models, targets: targets.take(), slots: slots)
+    return (Prefetched(records: models, targets: targets.take(), slots: slots), references)
   }
 
   /// The records `d` selects, each with the `S` records whose reference
@@ -895,9 +904,18 @@ extension ModelAccess {
     _ d: FetchDescriptor<M>, withReferrers source: ModelAccess<S>, by keyPath: AnyKeyPath,
     _ reader: some KeyValueReader, built: Set<String>
   ) throws -> PrefetchedReferrers<M, S> {
+    try fetchWithKeys(d, withReferrers: source, by: keyPath, reader, built: built).value
+  }
+
+  /// ``fetch(_:withReferrers:by:_:built:)``, and the referrers' record keys.
+  func fetchWithKeys<S>(
+    _ d: FetchDescriptor<M>, withReferrers source: ModelAccess<S>, by keyPath: AnyKeyPath,
+    _ reader: some KeyValueReader, built: Set<String>
+  ) throws -> (value: PrefetchedReferrers<M, S>, referrers: [[UInt8]]) {
     let r = try source.relationship(on: keyPath, to: space.name)
     let models = try fetch(d, reader, built: built)
     let referrers = Gathered<S>()
+    var referrerKeys: [[UInt8]] = []
     var bounds: [Int] = [0]
     bounds.reserveCapacity(models.count + 1)
     for m in models {
@@ -907,6 +925,7 @@ extension ModelAccess {
         return true
       }
       keys.sort { $0.lexicographicallyPrecedes($1) }
+      referrerKeys += keys
       for k in keys {
         if let bytes = try reader.get(k, in: source.space.records) {
           referrers.append(try source.decode(bytes, key: k))
@@ -914,7 +933,7 @@ extension ModelAccess {
       }
       bounds.append(referrers.count)
     }
-    return PrefetchedReferrers(records: models, referrers: referrers.take(), bounds: bounds)
+    return (PrefetchedReferrers(records: models, referrers: referrers.take(), bounds: bounds), referrerKeys)
   }
 }
 

@@ -542,3 +542,77 @@ struct RBroken: Codable, Sendable, Identifiable, IndexedModel {
     #expect(outcomes.values.reduce(0, +) == 6)
   }
 }
+
+@Suite struct RelationshipObservationTests {
+  /// Posts of author 0 with their authors: a change to author 0 re-emits,
+  /// a change to an author none of them refers to does not.
+  @Test func anObservedQueryReEmitsWhenItsRelatedRecordChanges() async throws {
+    let store = try await RelationshipTests.seeded()
+    let posts = store.repository(RPost.self)
+    let authors = store.repository(RAuthor.self)
+    let observed = try posts.observe(
+      FetchDescriptor(predicate: #Predicate { $0.authorID == 0 }, sortBy: [SortDescriptor(\.id)]),
+      including: RAuthor.self, by: \.authorID)
+    var updates = observed.makeAsyncIterator()
+    let first = try #require(try await updates.next())
+    #expect(first.count == 10 && first.allSatisfy { $0.related?.name == "a0" })
+
+    // Unrelated: another author, and a post of another author.
+    try await authors.update(RAuthor(id: 1, name: "other"))
+    try await posts.update(RPost(id: 1, authorID: 1, editorID: nil, title: "elsewhere"))
+    // Related: the author of the results.
+    try await authors.update(RAuthor(id: 0, name: "renamed"))
+    let second = try #require(try await updates.next())
+    #expect(second.allSatisfy { $0.related?.name == "renamed" })
+
+    // A post re-pointed into the results comes with its author.
+    try await posts.update(RPost(id: 2, authorID: 0, editorID: nil, title: "moved"))
+    let third = try #require(try await updates.next())
+    #expect(third.count == 11 && third.contains { $0.record.id == 2 && $0.related?.name == "renamed" })
+
+    // Editors through the optional reference: nullified when the editor goes.
+    let edited = try posts.observe(
+      FetchDescriptor(predicate: #Predicate { $0.id < 3 }, sortBy: [SortDescriptor(\.id)]), including: RAuthor.self,
+      by: \.editorID)
+    var editors = edited.makeAsyncIterator()
+    #expect(try await editors.next()?.map { $0.related?.id } == [1, nil, nil])
+    try await authors.update(RAuthor(id: 1, name: "editor"))
+    #expect(try await editors.next()?.map { $0.related?.name } == ["editor", nil, nil])
+    observed.cancel()
+    edited.cancel()
+  }
+
+  /// Authors with their posts: storing, changing, re-pointing and deleting
+  /// a post of theirs re-emits; a post of an author not in the results does not.
+  @Test func anObservedQueryReEmitsWhenItsReferrersChange() async throws {
+    let store = try await RelationshipTests.seeded()
+    let posts = store.repository(RPost.self)
+    try await store.repository(RAuthor.self).insert(RAuthor(id: 3, name: "a3"))
+    let observed = try store.repository(RAuthor.self).observe(
+      FetchDescriptor(predicate: #Predicate { $0.id < 2 }, sortBy: [SortDescriptor(\.id)]), withReferrers: RPost.self,
+      by: \.authorID)
+    var updates = observed.makeAsyncIterator()
+    func counts(_ v: PrefetchedReferrers<RAuthor, RPost>?) -> [Int] { v?.map { $0.referrers.count } ?? [] }
+    #expect(counts(try await updates.next()) == [10, 10])
+
+    try await posts.insert(RPost(id: 100, authorID: 3, editorID: nil, title: "not theirs"))
+    try await posts.insert(RPost(id: 101, authorID: 0, editorID: nil, title: "theirs"))
+    #expect(counts(try await updates.next()) == [11, 10])
+
+    try await posts.update(RPost(id: 101, authorID: 0, editorID: nil, title: "retitled"))
+    let retitled = try #require(try await updates.next())
+    #expect(retitled[0].referrers.contains { $0.title == "retitled" })
+
+    try await posts.update(RPost(id: 101, authorID: 1, editorID: nil, title: "moved"))
+    #expect(counts(try await updates.next()) == [10, 11])
+
+    try await posts.update(RPost(id: 100, authorID: 3, editorID: nil, title: "still not theirs"))
+    _ = try await posts.delete(id: 101)
+    #expect(counts(try await updates.next()) == [10, 10])
+
+    // A cascade from the author side reaches them too.
+    try await store.repository(RAuthor.self).delete(id: 1)
+    #expect(counts(try await updates.next()) == [10])
+    observed.cancel()
+  }
+}

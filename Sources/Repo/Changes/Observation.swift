@@ -107,24 +107,149 @@ where Model.ID: Codable & Hashable & Sendable {
     try access.fetch(descriptor, snapshot, built: try access.builtIndexes(snapshot))
   }
 
-  /// Whether a commit can change the results: it touched a record now in
-  /// them, or stored one the predicate selects. Removing a record that is
-  /// not in the results cannot change them (unless an offset shifts).
   private func mayChange(_ e: CommitEvent) throws -> Bool {
+    try access.resultsMayChange(e, lastKeys: lastKeys, matches: matches, offset: descriptor.fetchOffset ?? 0)
+  }
+}
+
+extension ModelAccess {
+  /// Whether a commit can change a query's results: it touched a record
+  /// now in them (`lastKeys`), or stored one the predicate selects.
+  /// Removing a record that is not in the results cannot change them
+  /// (unless an offset shifts).
+  func resultsMayChange(
+    _ e: CommitEvent, lastKeys: Set<[UInt8]>, matches: CompiledPredicate<M>, offset: Int
+  ) throws -> Bool {
     guard e.changes.isComplete else { return true }
-    let records = access.space.records
+    let records = space.records
     guard let c = e.changes.keyspaces[records] else { return false }
-    if !c.isComplete || c.dropped || (descriptor.fetchOffset ?? 0) > 0 { return true }
+    if !c.isComplete || c.dropped || offset > 0 { return true }
     for range in c.deletedRanges where lastKeys.contains(where: range.contains) { return true }
     for k in c.changedKeys {
       if lastKeys.contains(k) { return true }
       let selected = try e.after.withValue(for: k, in: records) { v in
-        try k.withUnsafeBytes { try access.isMatch(matches, $0, v) }
+        try k.withUnsafeBytes { try isMatch(matches, $0, v) }
       }
       if selected == true { return true }
     }
     return false
   }
+}
+
+/// Follows a query that includes related records
+/// (``Repository/observe(_:including:by:)``,
+/// ``Repository/observe(_:withReferrers:by:)``): emits at once, then after
+/// every commit that changes the query's own results or touches a related
+/// record of them — one it refers to (updated, deleted, inserted under a
+/// dangling reference), or one that refers to it (stored, re-pointed,
+/// deleted).
+final class RelatedObserver<Value: Sendable>: @unchecked Sendable {
+  // Safe: the mutable state is touched only by the one task iterating
+  // (documented); `processed` is atomic for readers elsewhere.
+
+  /// What one fetch found: the value, the query's own record keys, and
+  /// the related record keys it depends on.
+  struct Fetched {
+    var value: Value
+    var keys: [[UInt8]]
+    var related: Set<[UInt8]>
+  }
+
+  private let fetch: (Snapshot) throws -> Fetched
+  private let baseMayChange: (CommitEvent, Set<[UInt8]>) throws -> Bool
+  /// The related model's records keyspace.
+  private let relatedRecords: String
+  /// For referrers: the relationship's inverse index, whose entries under a
+  /// result's key are its referrers.
+  private let inverseIndex: String?
+  private let stream: CommitStream
+  private var last: (keys: Set<[UInt8]>, related: Set<[UInt8]>)?
+  private var emitted: UInt64?
+  private let processed: Atomic<UInt64>
+
+  init(
+    stream: CommitStream, relatedRecords: String, inverseIndex: String?,
+    fetch: @escaping (Snapshot) throws -> Fetched, baseMayChange: @escaping (CommitEvent, Set<[UInt8]>) throws -> Bool
+  ) {
+    self.stream = stream
+    self.relatedRecords = relatedRecords
+    self.inverseIndex = inverseIndex
+    self.fetch = fetch
+    self.baseMayChange = baseMayChange
+    processed = Atomic(stream.start.sequence.rawValue)
+  }
+
+  var token: ChangeToken { ChangeToken(rawValue: processed.load(ordering: .acquiring)) }
+
+  func cancel() { stream.cancel() }
+
+  func next() async throws -> Value? {
+    guard let last else { return try emit(fetch(stream.start), stream.start.sequence) }
+    if let emitted {
+      processed.store(emitted, ordering: .releasing)
+      self.emitted = nil
+    }
+    while let e = await stream.nextFolded() {
+      if try baseMayChange(e, last.keys) || relatedMayChange(e, last) {
+        return try emit(fetch(e.after), e.sequence)
+      }
+      processed.store(e.sequence.rawValue, ordering: .releasing)
+    }
+    return nil
+  }
+
+  private func emit(_ f: Fetched, _ sequence: CommitSequence) -> Value {
+    last = (Set(f.keys), f.related)
+    emitted = sequence.rawValue
+    return f.value
+  }
+
+  private func relatedMayChange(_ e: CommitEvent, _ last: (keys: Set<[UInt8]>, related: Set<[UInt8]>)) -> Bool {
+    guard e.changes.isComplete else { return true }
+    if let c = e.changes.keyspaces[relatedRecords] {
+      if !c.isComplete || c.dropped { return true }
+      for range in c.deletedRanges where last.related.contains(where: range.contains) { return true }
+      for k in c.changedKeys where last.related.contains(k) { return true }
+    }
+    // A referrer stored, re-pointed or deleted: its inverse index entry,
+    // the referred-to key then its own, changed under one of the results.
+    if let inverseIndex, let c = e.changes.keyspaces[inverseIndex] {
+      if !c.isComplete || c.dropped { return true }
+      for range in c.deletedRanges where last.keys.contains(where: range.contains) { return true }
+      for k in c.changedKeys {
+        for n in 1..<max(1, k.count) where last.keys.contains(Array(k.prefix(n))) { return true }
+      }
+    }
+    return false
+  }
+}
+
+/// The results of a query with its related records, now and after each
+/// commit that changes them or a related record: an `AsyncSequence` of
+/// ``Prefetched`` or ``PrefetchedReferrers``, made by
+/// ``Repository/observe(_:including:by:)`` and
+/// ``Repository/observe(_:withReferrers:by:)``. Iterate it from one task;
+/// cancelling that task (or ``cancel()``) ends it.
+public final class RelatedObservation<Element: Sendable>: AsyncSequence, Sendable {
+  private let observer: RelatedObserver<Element>
+
+  init(_ observer: RelatedObserver<Element>) { self.observer = observer }
+
+  /// The last commit the observation has looked at.
+  public var token: ChangeToken { observer.token }
+
+  /// Ends the observation.
+  public func cancel() { observer.cancel() }
+
+  /// Iterates the observation; every iterator shares its one queue.
+  public struct AsyncIterator: AsyncIteratorProtocol {
+    let observation: RelatedObservation
+    /// The next element; nil once it has ended.
+    public mutating func next() async throws -> Element? { try await observation.observer.next() }
+  }
+
+  /// An iterator over it (iterate from one task at a time).
+  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(observation: self) }
 }
 
 /// A query's results, now and after every commit that changes them: an
@@ -197,5 +322,94 @@ extension Repository {
     QueryObserver(
       access: try store.access(Model.self), descriptor: descriptor,
       stream: try store.database.subscribe(), differences: differences)
+  }
+}
+
+extension Repository {
+  /// The records `descriptor` selects with the `Target` record each refers
+  /// to through `keyPath` (as ``fetch(_:including:by:)``), now and again
+  /// after every commit that changes the records or a `Target` record one
+  /// of them refers to. See ``RelatedObservation``.
+  ///
+  /// ```swift
+  /// for try await page in posts.observe(recent, including: Author.self, by: \.authorID) {
+  ///   render(page.map { ($0.record.title, $0.related?.name ?? "unknown") })
+  /// }
+  /// ```
+  public func observe<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID>
+  ) throws -> RelatedObservation<Prefetched<Model, Target>> where Target.ID: Codable & Hashable & Sendable {
+    try observer(descriptor, including: target, keyPath)
+  }
+
+  /// ``observe(_:including:by:)`` for an optional reference.
+  public func observe<Target: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), including target: Target.Type,
+    by keyPath: KeyPath<Model, Target.ID?>
+  ) throws -> RelatedObservation<Prefetched<Model, Target>> where Target.ID: Codable & Hashable & Sendable {
+    try observer(descriptor, including: target, keyPath)
+  }
+
+  /// The records `descriptor` selects with the `Source` records referring
+  /// to each through `keyPath` (as ``fetch(_:withReferrers:by:)``), now and
+  /// again after every commit that changes the records, or stores, changes,
+  /// re-points or deletes a referrer of one of them.
+  public func observe<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID>
+  ) throws -> RelatedObservation<PrefetchedReferrers<Model, Source>> where Source.ID: Codable & Hashable & Sendable {
+    try observer(descriptor, withReferrers: source, keyPath)
+  }
+
+  /// ``observe(_:withReferrers:by:)`` for an optional reference.
+  public func observe<Source: Codable & Sendable & Identifiable>(
+    _ descriptor: FetchDescriptor<Model> = FetchDescriptor(), withReferrers source: Source.Type,
+    by keyPath: KeyPath<Source, Model.ID?>
+  ) throws -> RelatedObservation<PrefetchedReferrers<Model, Source>> where Source.ID: Codable & Hashable & Sendable {
+    try observer(descriptor, withReferrers: source, keyPath)
+  }
+
+  private func observer<Target: Codable & Sendable & Identifiable>(
+    _ d: FetchDescriptor<Model>, including target: Target.Type, _ keyPath: AnyKeyPath
+  ) throws -> RelatedObservation<Prefetched<Model, Target>> where Target.ID: Codable & Hashable & Sendable {
+    let access = try store.access(Model.self)
+    let related = try store.access(Target.self)
+    _ = try access.relationship(on: keyPath, to: related.space.name)
+    let matches = CompiledPredicate(d.predicate)
+    let offset = d.fetchOffset ?? 0
+    return RelatedObservation(
+      RelatedObserver(
+        stream: try store.database.subscribe(), relatedRecords: related.space.records, inverseIndex: nil,
+        fetch: { snapshot in
+          let (value, references) = try access.fetchWithReferences(
+            d, including: related, by: keyPath, snapshot, built: try access.builtIndexes(snapshot))
+          return .init(
+            value: value, keys: try value.records.map { try access.key($0.id) },
+            related: Set(references.lazy.filter { !$0.isEmpty }))
+        },
+        baseMayChange: { e, keys in try access.resultsMayChange(e, lastKeys: keys, matches: matches, offset: offset) }
+      ))
+  }
+
+  private func observer<Source: Codable & Sendable & Identifiable>(
+    _ d: FetchDescriptor<Model>, withReferrers source: Source.Type, _ keyPath: AnyKeyPath
+  ) throws -> RelatedObservation<PrefetchedReferrers<Model, Source>> where Source.ID: Codable & Hashable & Sendable {
+    let access = try store.access(Model.self)
+    let related = try store.access(Source.self)
+    let r = try related.relationship(on: keyPath, to: access.space.name)
+    let matches = CompiledPredicate(d.predicate)
+    let offset = d.fetchOffset ?? 0
+    return RelatedObservation(
+      RelatedObserver(
+        stream: try store.database.subscribe(), relatedRecords: related.space.records, inverseIndex: r.indexKeyspace,
+        fetch: { snapshot in
+          let (value, referrers) = try access.fetchWithKeys(
+            d, withReferrers: related, by: keyPath, snapshot, built: try access.builtIndexes(snapshot))
+          return .init(
+            value: value, keys: try value.records.map { try access.key($0.id) }, related: Set(referrers))
+        },
+        baseMayChange: { e, keys in try access.resultsMayChange(e, lastKeys: keys, matches: matches, offset: offset) }
+      ))
   }
 }
