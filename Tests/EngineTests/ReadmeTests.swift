@@ -4,7 +4,7 @@ import Testing
 /// The README's examples must be exactly the code `make demo` compiles and runs.
 @Test(arguments: [
   ("quickstart", "cairn-demo"), ("models", "cairn-models-demo"), ("observe", "cairn-observe-demo"),
-  ("schema", "cairn-schema-demo"),
+  ("schema", "cairn-schema-demo"), ("relationships", "cairn-relationships-demo"),
 ])
 func readmeExampleIsTheDemo(marker: String, target: String) throws {
   let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
