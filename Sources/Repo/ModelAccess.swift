@@ -863,39 +863,43 @@ extension ModelAccess {
     try fetchWithReferences(d, including: target, by: keyPath, reader, built: built).value
   }
 
-  /// ``fetch(_:including:by:_:built:)``, and each record's reference (the
-  /// referred-to record key; empty for nil).
+  /// ``fetch(_:including:by:_:built:)``, and the distinct references (the
+  /// referred-to record keys).
   func fetchWithReferences<T>(
     _ d: FetchDescriptor<M>, including target: ModelAccess<T>, by keyPath: AnyKeyPath,
     _ reader: some KeyValueReader, built: Set<String>
   ) throws -> (value: Prefetched<M, T>, references: [[UInt8]]) {
-    let r = try relationship(on: keyPath, to: target.space.name)
+    let r = try relationship(on: keyPath, to: target.space.name).relationship
     let models = try fetch(d, reader, built: built)
-    var references: [[UInt8]] = []
-    references.reserveCapacity(models.count)
-    for m in models {
-      references.append(try withUnsafePointer(to: m) { try r.relationship.reference(UnsafeRawPointer($0)) } ?? [])
-    }
-    // The distinct references, in key order; each record's slot among them.
-    var order = Array(references.indices).filter { !references[$0].isEmpty }
-    order.sort { references[$0].lexicographicallyPrecedes(references[$1]) }
-    var slots = [Int](repeating: -1, count: models.count)
-    let targets = Gathered<T>()
-    var last: [UInt8]? = nil
-    var lastSlot = -1
-    for i in order {
-      let k = references[i]
-      if k != last {
-        last = k
-        lastSlot = -1
-        if let bytes = try reader.get(k, in: target.space.records) {
-          targets.append(try target.decode(bytes, key: k))
-          lastSlot = targets.count - 1
-        }
+    // Each record's reference among the distinct ones: one encoder reused,
+    // a dictionary rather than a sort of every record's reference.
+    var distinct: [[UInt8]] = []
+    var position: [[UInt8]: Int] = [:]
+    var which = [Int](repeating: -1, count: models.count)
+    let e = KeyEncoder()
+    for (i, m) in models.enumerated() {
+      e.bytes.removeAll(keepingCapacity: true)
+      try withUnsafePointer(to: m) { try r.index.write(UnsafeRawPointer($0), e) }
+      if r.optional && e.bytes == [0] { continue }
+      if let p = position[e.bytes] {
+        which[i] = p
+      } else {
+        position[e.bytes] = distinct.count
+        which[i] = distinct.count
+        distinct.append(e.bytes)
       }
-      slots[i] = lastSlot
     }
-    return (Prefetched(records: models, targets: targets.take(), slots: slots), references)
+    // The related records read once each, in key order.
+    var slotOf = [Int](repeating: -1, count: distinct.count)
+    let targets = Gathered<T>()
+    for p in distinct.indices.sorted(by: { distinct[$0].lexicographicallyPrecedes(distinct[$1]) }) {
+      if let bytes = try reader.get(distinct[p], in: target.space.records) {
+        targets.append(try target.decode(bytes, key: distinct[p]))
+        slotOf[p] = targets.count - 1
+      }
+    }
+    let slots = which.map { $0 < 0 ? -1 : slotOf[$0] }
+    return (Prefetched(records: models, targets: targets.take(), slots: slots), distinct)
   }
 
   /// The records `d` selects, each with the `S` records whose reference
