@@ -401,3 +401,48 @@ struct UNoteV2: Codable, Sendable, Identifiable, IndexedModel {
     #expect(store.redoActions.count == 100)
   }
 }
+
+@Suite struct UndoAcrossMaintenanceTests {
+  /// What an action keeps is its own copy: a checkpoint and a compaction
+  /// between the write and its undo (which rewrite the file the snapshot
+  /// it was read from lived in) change nothing.
+  @Test func undoAfterACheckpointAndACompaction() async throws {
+    let folder = TempFolder()
+    let store = try Store.open(at: folder.path)
+    let notes = store.repository(UNoteV1.self)
+    try await notes.insert(contentsOf: (0..<2_000).map { UNoteV1(id: $0, title: "note \($0)") })
+    let before = try undoableState(store)
+    try await store.write(undoable: "Clear") { tx in try tx.repository(UNoteV1.self).deleteAll() }
+    try store.database.checkpoint()
+    try store.database.compact()
+    try await store.undo()
+    #expect(try undoableState(store) == before)
+    try store.close()
+    let reopened = try Store.open(at: folder.path)
+    #expect(try await reopened.repository(UNoteV1.self).count() == 2_000)
+    #expect(!reopened.canUndo)  // the stacks are per handle, in memory
+    try reopened.close()
+  }
+
+  /// A redo is checked like an undo: a write after the undo to a record
+  /// the redo would change refuses it, and leaves it on the redo stack.
+  @Test func aRedoIsRefusedAfterAConflictingWrite() async throws {
+    let store = try Store.inMemory()
+    let notes = store.repository(UNoteV1.self)
+    try await notes.insert(UNoteV1(id: 1, title: "a"))
+    try await store.write(undoable: "Retitle") { tx in
+      try tx.repository(UNoteV1.self).update(UNoteV1(id: 1, title: "b"))
+    }
+    try await store.undo()
+    try await notes.update(UNoteV1(id: 1, title: "c"))
+    await #expect {
+      try await store.redo()
+    } throws: { e in (e as? RepoError)?.code == .undoConflict }
+    #expect(try await notes.get(1)?.title == "c")
+    #expect(store.redoActions.map(\.name) == ["Retitle"])
+    // Put back what the redo expects, and it goes through.
+    try await notes.update(UNoteV1(id: 1, title: "a"))
+    try await store.redo()
+    #expect(try await notes.get(1)?.title == "b")
+  }
+}
