@@ -279,6 +279,15 @@ enum UndoCapture {
       var undone: [UndoChange] = []
       undone.reserveCapacity(changes.count)
       for change in changes {
+        // A key to restore that must be absent now: one descent, which
+        // stores it only if it is absent.
+        if change.after == nil, let before = change.before {
+          guard try tx.insert(change.key, before, in: name) else {
+            throw conflict(entry, name, change.key, "it changed since")
+          }
+          undone.append(UndoChange(key: change.key, before: nil, after: undoHash(before)))
+          continue
+        }
         let current = try tx.get(change.key, in: name)
         guard current.map(undoHash) == change.after else {
           throw conflict(entry, name, change.key, "it changed since")
