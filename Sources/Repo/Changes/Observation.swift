@@ -163,7 +163,14 @@ final class RelatedObserver<Value: Sendable>: @unchecked Sendable {
   /// result's key are its referrers.
   private let inverseIndex: String?
   private let stream: CommitStream
-  private var last: (keys: Set<[UInt8]>, related: Set<[UInt8]>)?
+  private var last: Last?
+  /// The last results' record keys (and their lengths), and the related
+  /// record keys they depend on.
+  private struct Last {
+    var keys: Set<[UInt8]>
+    var lengths: Set<Int>
+    var related: Set<[UInt8]>
+  }
   private var emitted: UInt64?
   private let processed: Atomic<UInt64>
 
@@ -199,12 +206,12 @@ final class RelatedObserver<Value: Sendable>: @unchecked Sendable {
   }
 
   private func emit(_ f: Fetched, _ sequence: CommitSequence) -> Value {
-    last = (Set(f.keys), f.related)
+    last = Last(keys: Set(f.keys), lengths: Set(f.keys.map(\.count)), related: f.related)
     emitted = sequence.rawValue
     return f.value
   }
 
-  private func relatedMayChange(_ e: CommitEvent, _ last: (keys: Set<[UInt8]>, related: Set<[UInt8]>)) -> Bool {
+  private func relatedMayChange(_ e: CommitEvent, _ last: Last) -> Bool {
     guard e.changes.isComplete else { return true }
     if let c = e.changes.keyspaces[relatedRecords] {
       if !c.isComplete || c.dropped { return true }
@@ -217,7 +224,7 @@ final class RelatedObserver<Value: Sendable>: @unchecked Sendable {
       if !c.isComplete || c.dropped { return true }
       for range in c.deletedRanges where last.keys.contains(where: range.contains) { return true }
       for k in c.changedKeys {
-        for n in 1..<max(1, k.count) where last.keys.contains(Array(k.prefix(n))) { return true }
+        for n in last.lengths where n < k.count && last.keys.contains(Array(k.prefix(n))) { return true }
       }
     }
     return false
