@@ -1,0 +1,74 @@
+import EngineTestSupport
+import Foundation
+import Testing
+
+@testable import Repo
+
+/// The text index's folding against Foundation's own
+/// `localizedStandardContains`, over haystacks full of what folds
+/// strangely: every match of a servable needle must keep all its trigrams.
+@Suite struct TextFoldingTests {
+  /// Ligatures, long s, Kelvin sign, dotted and dotless i, Greek finals and
+  /// iota subscript, lone combining marks, zero-width space, full-width,
+  /// superscripts, Hangul jamo, emoji and flags, Arabic digits.
+  static let strange: [String] = [
+    "a", "b", "c", "e", "i", "o", "s", "t", "d", "z", "f", "l", "k", "n", "A", "E", "I", "S", "T", "é", "É", "è",
+    "ê", "ë", "ï", "ö", "ü", "ß", "ẞ", "ﬁ", "ﬀ", "ﬃ", "ﬅ", "ﬆ", "æ", "Æ", "œ", "ø", "ł", "đ", "ı", "İ", "ǅ", "ǆ", "Ǆ",
+    "ς", "σ", "Σ", "ω", "Ω", "ᾳ", "ι", "\u{345}", "\u{301}", "\u{308}", "\u{327}", "\u{200B}", "ｓ", "Ａ", "①", "Ⅻ",
+    "ŉ", "ǰ", "ſ", "K", "k", "\u{212A}", "й", "и", "\u{306}", "ё", "Ё", "한", "\u{1112}\u{1161}", "中", "😀", "🇫🇷",
+    " ", "-", "'", "’", "0", "1", "٣", "³", "ǈ", "ĳ", "Ĳ", "ŀ", "ª", "º", "ℓ", "№", "™", "㎏", "ǳ", "ǲ", "à", "ç",
+    "ñ", "Å", "å", "Ø", "Ł",
+  ]
+
+  /// Every character a needle may hold and be served.
+  static let servable: [Character] = {
+    var out: [Character] = []
+    for v in UInt32(0x20)...0x24F {
+      if let u = Unicode.Scalar(v), TextFolding.isSafe(u) { out.append(Character(u)) }
+    }
+    return out
+  }()
+
+  @Test func aServedNeedleNeverLosesAMatch() {
+    let seed = testSeed()
+    var rng = SplitMix64(seed: seed)
+    func pick<T>(_ a: [T]) -> T { a[Int(rng.next() % UInt64(a.count))] }
+    var matches = 0
+    let rounds = runningUnderTSan ? 20_000 : 200_000
+    for _ in 0..<rounds {
+      let h = (0..<(1 + Int(rng.next() % 8))).map { _ in pick(Self.strange) }.joined()
+      // Half the needles are cut from the haystack's own folding, so they
+      // match often; the rest are random servable characters.
+      var n: String
+      if rng.next() % 2 == 0 {
+        let f = Array(TextFolding.fold(h))
+        guard !f.isEmpty else { continue }
+        let a = Int(rng.next() % UInt64(f.count))
+        let b = min(f.count, a + 1 + Int(rng.next() % 4))
+        n = String(f[a..<b])
+      } else {
+        n = String((0..<(1 + Int(rng.next() % 4))).map { _ in pick(Self.servable) })
+      }
+      guard n.unicodeScalars.allSatisfy(TextFolding.isSafe), h.localizedStandardContains(n) else { continue }
+      matches += 1
+      let (fh, fn) = (TextFolding.fold(h), TextFolding.fold(n))
+      #expect(fh.contains(fn), "seed \(seed): \(h.debugDescription) contains \(n.debugDescription)")
+      #expect(
+        TextFolding.trigrams(fn).isSubset(of: TextFolding.trigrams(fh)),
+        "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
+    }
+    #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
+  }
+
+  @Test func whatTheIndexDoesNotServe() {
+    #expect(TextFolding.servable("Garden") == nil)
+    #expect(TextFolding.servable("Crème brûlée") == nil)
+    #expect(TextFolding.servable("ab")?.contains("shorter") == true)
+    #expect(TextFolding.servable("Straße")?.contains("\\u{00DF}") == true)
+    #expect(TextFolding.servable("ﬁle") != nil)
+    #expect(TextFolding.servable("\u{301}\u{301}\u{301}") != nil)
+    #expect(TextFolding.servable("日本語") != nil)
+    #expect(TextFolding.fold("Crème BRÛLÉE") == "creme brulee")
+    #expect(TextFolding.trigrams("abcd") == [Array("abc".utf8), Array("bcd".utf8)])
+  }
+}
