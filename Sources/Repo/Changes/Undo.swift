@@ -375,14 +375,17 @@ enum UndoCapture {
     /// is handed to `onError` and leaves the manager's stacks as they were
     /// after that command.
     @MainActor
-    public func registerUndo(with manager: UndoManager, onError: @escaping @MainActor @Sendable (Error) -> Void = { _ in }) {
+    public func registerUndo(
+      with manager: UndoManager, onError: @escaping @MainActor @Sendable (Error) -> Void = { _ in }
+    ) {
       guard let action = undoActions.last else { return }
       register(action, redo: false, with: manager, onError: onError)
     }
 
     @MainActor
     private func register(
-      _ action: UndoAction, redo: Bool, with manager: UndoManager, onError: @escaping @MainActor @Sendable (Error) -> Void
+      _ action: UndoAction, redo: Bool, with manager: UndoManager,
+      onError: @escaping @MainActor @Sendable (Error) -> Void
     ) {
       manager.registerUndo(withTarget: self) { store in
         MainActor.assumeIsolated {
