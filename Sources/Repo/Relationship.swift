@@ -219,12 +219,25 @@ final class RelationshipGraph: @unchecked Sendable {
     var unranged: Set<String> = [target]
     while let (model, key) = queue.popLast() {
       for edge in incoming(model) where edge.rule == .cascade {
+        let sources = try referrers(edge, key, tx)
+        if sources.isEmpty { continue }
+        // The model's sets taken out while filled: no hashing of its name
+        // per record, and room made once for a large cascade.
+        var seen = doomed.removeValue(forKey: edge.source) ?? []
+        var list = found.removeValue(forKey: edge.source) ?? []
+        if sources.count > 64 {
+          seen.reserveCapacity(seen.count + sources.count)
+          list.reserveCapacity(list.count + sources.count)
+          queue.reserveCapacity(queue.count + sources.count)
+        }
         var reached = false
-        for source in try referrers(edge, key, tx) where doomed[edge.source, default: []].insert(source).inserted {
+        for source in sources where seen.insert(source).inserted {
           queue.append((edge.source, source))
-          found[edge.source, default: []].append(source)
+          list.append(source)
           reached = true
         }
+        doomed[edge.source] = seen
+        found[edge.source] = list
         guard reached else { continue }
         if edge.onlyIndex, !unranged.contains(edge.source), ranged[edge.source].map({ $0.name == edge.name }) ?? true {
           ranged[edge.source] = edge
