@@ -311,11 +311,7 @@ public final class Store: Sendable {
   /// ```
   @discardableResult
   public func write<T: Sendable>(_ body: @escaping @Sendable (StoreTransaction) throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-      writeQueue.async {
-        continuation.resume(with: Result { try self.writeNow(body) })
-      }
-    }
+    try await onWriteQueue { try self.writeNow(body) }
   }
 
   /// ``write(_:)`` without `async`: blocks the calling thread until committed.
@@ -349,11 +345,7 @@ public final class Store: Sendable {
   public func write<T: Sendable>(
     undoable name: String, _ body: @escaping @Sendable (StoreTransaction) throws -> T
   ) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-      writeQueue.async {
-        continuation.resume(with: Result { try self.writeNow(undoable: name, body) })
-      }
-    }
+    try await onWriteQueue { try self.writeNow(undoable: name, body) }
   }
 
   /// ``write(undoable:_:)`` without `async`: blocks the calling thread until committed.

@@ -202,12 +202,14 @@ final class UndoLog: @unchecked Sendable {
   /// Moves the top entry of one stack, once applied, to the other as `inverse`.
   func moved(_ id: UInt64, redo fromRedo: Bool, inverse: UndoEntry) {
     withLock { log in
+      // By id, wherever it is now: an undoable write may have been
+      // recorded on top of it meanwhile.
       if fromRedo {
-        if log.redo.last?.id == id { log.redo.removeLast() }
+        if let i = log.redo.lastIndex(where: { $0.id == id }) { log.redo.remove(at: i) }
         log.undo.append(inverse)
         log.trim()
       } else {
-        if log.undo.last?.id == id { log.undo.removeLast() }
+        if let i = log.undo.lastIndex(where: { $0.id == id }) { log.undo.remove(at: i) }
         log.redo.append(inverse)
       }
     }
