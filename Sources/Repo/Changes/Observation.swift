@@ -383,20 +383,12 @@ extension Repository {
     let access = try store.access(Model.self)
     let related = try store.access(Target.self)
     _ = try access.relationship(on: keyPath, to: related.space.name)
-    let matches = CompiledPredicate(d.predicate)
-    let offset = d.fetchOffset ?? 0
-    return RelatedObservation(
-      RelatedObserver(
-        stream: try store.database.subscribe(), relatedRecords: related.space.records, inverseIndex: nil,
-        fetch: { snapshot in
-          let (value, references) = try access.fetchWithReferences(
-            d, including: related, by: keyPath, snapshot, built: try access.builtIndexes(snapshot))
-          return .init(
-            value: value, keys: try value.records.map { try access.key($0.id) },
-            related: Set(references.lazy.filter { !$0.isEmpty }))
-        },
-        baseMayChange: { e, keys in try access.resultsMayChange(e, lastKeys: keys, matches: matches, offset: offset) }
-      ))
+    return try relatedObservation(d, access, relatedRecords: related.space.records, inverseIndex: nil) {
+      snapshot, built in
+      let (value, references) = try access.fetchWithReferences(
+        d, including: related, by: keyPath, snapshot, built: built)
+      return (value, value.records, Set(references.lazy.filter { !$0.isEmpty }))
+    }
   }
 
   private func observer<Source: Codable & Sendable & Identifiable>(
@@ -405,16 +397,28 @@ extension Repository {
     let access = try store.access(Model.self)
     let related = try store.access(Source.self)
     let r = try related.relationship(on: keyPath, to: access.space.name)
+    return try relatedObservation(d, access, relatedRecords: related.space.records, inverseIndex: r.indexKeyspace) {
+      snapshot, built in
+      let (value, referrers) = try access.fetchWithKeys(d, withReferrers: related, by: keyPath, snapshot, built: built)
+      return (value, value.records, Set(referrers))
+    }
+  }
+
+  /// The observation both relationship directions share: `fetch` returns
+  /// the value, the query's own records and the related record keys the
+  /// value depends on; commits are tested against both.
+  private func relatedObservation<Value: Sendable>(
+    _ d: FetchDescriptor<Model>, _ access: ModelAccess<Model>, relatedRecords: String, inverseIndex: String?,
+    fetch: @escaping (Snapshot, Set<String>) throws -> (Value, [Model], Set<[UInt8]>)
+  ) throws -> RelatedObservation<Value> {
     let matches = CompiledPredicate(d.predicate)
     let offset = d.fetchOffset ?? 0
     return RelatedObservation(
       RelatedObserver(
-        stream: try store.database.subscribe(), relatedRecords: related.space.records, inverseIndex: r.indexKeyspace,
+        stream: try store.database.subscribe(), relatedRecords: relatedRecords, inverseIndex: inverseIndex,
         fetch: { snapshot in
-          let (value, referrers) = try access.fetchWithKeys(
-            d, withReferrers: related, by: keyPath, snapshot, built: try access.builtIndexes(snapshot))
-          return .init(
-            value: value, keys: try value.records.map { try access.key($0.id) }, related: Set(referrers))
+          let (value, records, related) = try fetch(snapshot, try access.builtIndexes(snapshot))
+          return .init(value: value, keys: try records.map { try access.key($0.id) }, related: related)
         },
         baseMayChange: { e, keys in try access.resultsMayChange(e, lastKeys: keys, matches: matches, offset: offset) }
       ))
