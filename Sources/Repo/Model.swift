@@ -69,6 +69,53 @@ public struct Index<Model>: @unchecked Sendable {
   let storedParts: [StoredPart]?
   /// Encodes a constant compared with component `i`, or nil if it is of another type.
   let encodeComponent: [(Any) throws -> [UInt8]?]
+  /// For a text index (``text(_:name:)``), how to read each indexed field;
+  /// nil for an index that orders values.
+  let textFields: [(UnsafeRawPointer) -> String?]?
+
+  /// Whether this is a text index (``text(_:name:)``).
+  public var isText: Bool { textFields != nil }
+
+  /// A text index over one or more `String` (or `String?`) fields: it
+  /// keeps the trigrams of each field's folded text (case and diacritics
+  /// folded), so `localizedStandardContains` — and `contains` — on those
+  /// fields reads only the records holding every trigram of the term,
+  /// and ``Repository/search(_:in:limit:)`` ranks matches for a few words.
+  /// The predicate still decides each candidate: results are exactly
+  /// those of reading every record. Default name: the fields joined by "+".
+  ///
+  /// ```swift
+  /// static let indexes: [Index<Post>] = [.text(\.title, \.body, name: "search")]
+  /// ```
+  public static func text<each Field: TextIndexable>(
+    _ fields: repeat KeyPath<Model, each Field>, name: String? = nil
+  ) -> Index {
+    var paths: [AnyKeyPath] = []
+    var readers: [(UnsafeRawPointer) -> String?] = []
+    for path in repeat each fields {
+      paths.append(path)
+      readers.append(textReader(path))
+    }
+    return Index(text: name ?? paths.map(componentName).joined(separator: "+"), paths: paths, readers)
+  }
+
+  /// Reads a text field of the model a pointer points to.
+  private static func textReader<V: TextIndexable>(_ path: KeyPath<Model, V>) -> (UnsafeRawPointer) -> String? {
+    if V.self == String.self, let offset = MemoryLayout<Model>.offset(of: path) {
+      return { $0.load(fromByteOffset: offset, as: String.self) }
+    }
+    return { $0.assumingMemoryBound(to: Model.self).pointee[keyPath: path].indexedText }
+  }
+
+  private init(text name: String, paths: [AnyKeyPath], _ readers: [(UnsafeRawPointer) -> String?]) {
+    self.name = name
+    self.unique = false
+    self.keyPaths = paths
+    self.write = { _, _ in }
+    self.storedParts = nil
+    self.encodeComponent = paths.map { _ in { _ in nil } }
+    self.textFields = readers
+  }
 
   /// An index over one key path.
   public static func index<V: Encodable>(_ keyPath: KeyPath<Model, V>, name: String? = nil) -> Index {
@@ -115,6 +162,7 @@ public struct Index<Model>: @unchecked Sendable {
     self.encodeComponent = parts.map(\.encodeConstant)
     let stored = parts.compactMap(\.stored)
     self.storedParts = stored.count == parts.count ? stored : nil
+    self.textFields = nil
   }
 
   /// Encodes the indexed value of a model.
@@ -179,6 +227,21 @@ public struct Index<Model>: @unchecked Sendable {
     let last = text.split(separator: ".").last.map(String.init) ?? text
     return last.filter { $0.isLetter || $0.isNumber || $0 == "_" }
   }
+}
+
+/// A field type a text index can keep: `String`, or `String?` (a nil is
+/// no text).
+public protocol TextIndexable {
+  /// The text to index, or nil for none.
+  var indexedText: String? { get }
+}
+
+extension String: TextIndexable {
+  public var indexedText: String? { self }
+}
+
+extension Optional: TextIndexable where Wrapped == String {
+  public var indexedText: String? { self }
 }
 
 /// An index part that is a stored property of a primitive type: its kind and
@@ -250,8 +313,11 @@ final class ModelSpace<M>: @unchecked Sendable {
   /// Keyspace of bookkeeping (which indexes are built).
   let meta: String
   let indexes: [ResolvedIndex<M>]
-  /// The same indexes as the write path uses them (see `IndexWriter`).
+  /// The same indexes as the write path uses them (see `IndexWriter`),
+  /// text indexes aside.
   let writers: [IndexWriter]
+  /// The text indexes as the write path uses them.
+  let texts: [TextWriter]
   /// The declared relationships, with their inverse indexes' keyspaces.
   let relationships: [(relationship: Relationship<M>, indexKeyspace: String)]
   let counters: RepoCounters
@@ -295,7 +361,10 @@ final class ModelSpace<M>: @unchecked Sendable {
       resolved.append(ResolvedIndex(index: index, keyspace: name + "#index:" + index.name))
     }
     indexes = resolved
-    writers = resolved.map { IndexWriter(keyspace: $0.keyspace, index: $0.index) }
+    writers = resolved.filter { !$0.index.isText }.map { IndexWriter(keyspace: $0.keyspace, index: $0.index) }
+    texts = resolved.compactMap { r in
+      r.index.textFields.map { TextWriter(keyspace: r.keyspace, name: r.index.name, fields: $0) }
+    }
     guard (name + "#index:").utf8.count + (declared.map(\.name.utf8.count).max() ?? 0) <= Limits.maxKeyspaceNameSize
     else { throw RepoError(.invalidIndex, "model or index name too long for a keyspace name", model: name) }
   }

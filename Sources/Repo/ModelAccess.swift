@@ -40,7 +40,9 @@ where M.ID: Codable & Hashable & Sendable {
     shape = ModelShape.of(
       M.self, name: space.name,
       indexes: space.indexes.map {
-        IndexShape(name: $0.index.name, keyPaths: $0.index.keyPaths.map { "\($0)" }, unique: $0.index.unique)
+        IndexShape(
+          name: $0.index.name, keyPaths: $0.index.keyPaths.map { "\($0)" }, unique: $0.index.unique,
+          text: $0.index.isText)
       }, relationships: relationships.isEmpty ? nil : relationships)
   }
 
@@ -231,6 +233,23 @@ where M.ID: Codable & Hashable & Sendable {
           return try visit(k, v, nil)
         }
       }
+    case .text(let i, let trigrams, _, let reverse):
+      // The records holding every trigram, in key order; each looked up.
+      var keys = try TextPostings.candidates(trigrams, keyspace: i.keyspace, reader)
+      if reverse { keys.reverse() }
+      for k in keys {
+        var more = true
+        let found = try reader.visitValue(for: k, in: space.records) { v in
+          counters.recordsRead.add(1, ordering: .relaxed)
+          more = try k.withUnsafeBytes { try visit($0, v, nil) }
+        }
+        guard found else {
+          throw RepoError(
+            .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
+            id: Self.describeKey(k))
+        }
+        if !more { break }
+      }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
       c.keepsScannedLeaves = true
@@ -372,7 +391,7 @@ where M.ID: Codable & Hashable & Sendable {
       case .id(let k): return try reader.get(k, in: space.records) == nil ? 0 : 1
       case .records(let r, _): return Int(try reader.count(in: space.records, range: r))
       case .index(let i, let r, _): return Int(try reader.count(in: i.keyspace, range: r))
-      case .union: break  // branches may overlap: count the keys, below
+      case .union, .text: break  // branches may overlap: count the keys, below
       }
     }
     let matches = filter(predicate, exact: plan.exact, reader)
@@ -394,7 +413,7 @@ where M.ID: Codable & Hashable & Sendable {
       case .id(let k): return try reader.get(k, in: space.records) != nil
       case .records(let r, _): return try reader.count(in: space.records, range: r) > 0
       case .index(let i, let r, _): return try reader.count(in: i.keyspace, range: r) > 0
-      case .union: break
+      case .union, .text: break
       }
     }
     let matches = filter(predicate, exact: plan.exact, reader)
@@ -418,6 +437,7 @@ where M.ID: Codable & Hashable & Sendable {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
     for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
+    if !space.texts.isEmpty { try addTextEntries(of: model, key: k, tx) }
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {
@@ -445,12 +465,37 @@ where M.ID: Codable & Hashable & Sendable {
   /// Stores a new `model` and its index entries.
   private func write(_ model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
     try write(model, key: k, oldIndexKey: { _ in nil }, tx)
+    if !space.texts.isEmpty { try addTextEntries(of: model, key: k, tx) }
   }
 
   /// Stores `model` and moves its index entries from `old`'s values to its own.
   private func write(_ model: M, key k: [UInt8], old: M, _ tx: WriteTransaction) throws {
     try withUnsafePointer(to: old) { o in
       try write(model, key: k, oldIndexKey: { try indexKey($0, o, id: k) }, tx)
+      guard !space.texts.isEmpty else { return }
+      try withUnsafePointer(to: model) { n in
+        for t in space.texts {
+          try TextPostings.replace(
+            old: t.trigrams(UnsafeRawPointer(o)), new: t.trigrams(UnsafeRawPointer(n)), key: k, keyspace: t.keyspace, tx
+          )
+        }
+      }
+    }
+  }
+
+  /// Adds the record `model` (key `k`) to every text index.
+  private func addTextEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
+    try withUnsafePointer(to: model) { p in
+      for t in space.texts {
+        try TextPostings.apply(t.trigrams(UnsafeRawPointer(p)), key: k, adding: true, keyspace: t.keyspace, tx)
+      }
+    }
+  }
+
+  /// Takes the record `model` points to (key `k`) out of every text index.
+  private func removeTextEntries(of model: UnsafePointer<M>, key k: [UInt8], _ tx: WriteTransaction) throws {
+    for t in space.texts {
+      try TextPostings.apply(t.trigrams(UnsafeRawPointer(model)), key: k, adding: false, keyspace: t.keyspace, tx)
     }
   }
 
@@ -518,6 +563,7 @@ where M.ID: Codable & Hashable & Sendable {
   private func removeIndexEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
     try withUnsafePointer(to: model) { p in
       for i in space.writers { try tx.delete(try indexKey(i, p, id: k), in: i.keyspace) }
+      try removeTextEntries(of: p, key: k, tx)
     }
   }
 
@@ -564,14 +610,16 @@ where M.ID: Codable & Hashable & Sendable {
     // A union reads several keyspaces in no one key order: no spans, every
     // record's entries one by one.
     var isUnion = false
-    if case .union = plan.access {
+    switch plan.access {
+    case .union, .text:
       isUnion = true
       otherIndexes = space.writers
+    default: break
     }
 
-    if plan.exact && otherIndexes.isEmpty && !isUnion {
+    if plan.exact && otherIndexes.isEmpty && !isUnion && space.texts.isEmpty {
       switch plan.access {
-      case .union: break
+      case .union, .text: break
       case .id(let k):
         guard try tx.get(k, in: space.records) != nil else { return 0 }
         try tx.delete(k, in: space.records)
@@ -626,11 +674,12 @@ where M.ID: Codable & Hashable & Sendable {
     // 2. Everything else, entry by entry.
     for (n, k) in victimKeys.enumerated() {
       if scannedIndex != nil || isUnion { try tx.delete(k, in: space.records) }
-      guard !otherIndexes.isEmpty else { continue }
+      guard !otherIndexes.isEmpty || !space.texts.isEmpty else { continue }
       try victims.withModel(at: n) { p in
         for i in otherIndexes {
           try tx.delete(try indexKey(i, p, id: k), in: i.keyspace)
         }
+        try removeTextEntries(of: p, key: k, tx)
       }
     }
     return victimKeys.count
@@ -707,6 +756,11 @@ extension ModelAccess {
   /// model's relationships do when the records they refer to go.
   func register(in graph: RelationshipGraph) {
     graph.registerDeleter(space.name) { [unowned self] tx, key in _ = try self.deleteRecord(key, tx) }
+    if !space.texts.isEmpty {
+      graph.registerTexts(space.name, keyspaces: space.texts.map(\.keyspace)) { [unowned self] tx, key, before, after in
+        try self.reindexTexts(key, before: before, after: after, tx)
+      }
+    }
     let edges = space.relationships.map { r in
       let rel = r.relationship
       return (
@@ -714,7 +768,8 @@ extension ModelAccess {
         edge: RelationshipGraph.Edge(
           source: space.name, name: rel.name, rule: rel.deleteRule, indexKeyspace: r.indexKeyspace,
           nullify: { [unowned self] tx, key in try self.nullify(key, rel, tx) },
-          onlyIndex: space.writers.count == 1 && space.writers[0].keyspace == r.indexKeyspace,
+          onlyIndex: space.writers.count == 1 && space.writers[0].keyspace == r.indexKeyspace
+            && space.texts.isEmpty,
           records: space.records, target: rel.target, optional: rel.optional, allowsDangling: rel.allowsDangling)
       )
     }
@@ -729,6 +784,19 @@ extension ModelAccess {
     try removeIndexEntries(of: try decode(old, key: k), key: k, tx)
     try tx.delete(k, in: space.records)
     return true
+  }
+
+  /// Moves the record with key `k` in every text index from the stored
+  /// value `before` to `after` (nil: absent), as an undo restores it.
+  func reindexTexts(_ k: [UInt8], before: [UInt8]?, after: [UInt8]?, _ tx: WriteTransaction) throws {
+    func trigrams(_ bytes: [UInt8]?, _ t: TextWriter) throws -> [[UInt8]] {
+      guard let bytes else { return [] }
+      let model = try decode(bytes, key: k)
+      return withUnsafePointer(to: model) { t.trigrams(UnsafeRawPointer($0)) }
+    }
+    for t in space.texts {
+      try TextPostings.replace(old: trigrams(before, t), new: trigrams(after, t), key: k, keyspace: t.keyspace, tx)
+    }
   }
 
   /// Sets reference `rel` of the record with key `k` to nil. Its other

@@ -157,6 +157,25 @@ final class RelationshipGraph: @unchecked Sendable {
     lock.withLock { if deleters[model] == nil { deleters[model] = delete } }
   }
 
+  /// Per model with text indexes: their keyspaces, and how to move a
+  /// record's postings from one stored value of it to another (undo).
+  private var texts: [String: (keyspaces: [String], reindex: TextReindexer)] = [:]
+
+  /// Moves the postings of the record with a key from its value before
+  /// (nil: absent) to its value after (nil: absent).
+  typealias TextReindexer = (WriteTransaction, _ key: [UInt8], _ before: [UInt8]?, _ after: [UInt8]?) throws -> Void
+
+  /// Notes `model`'s text indexes.
+  func registerTexts(_ model: String, keyspaces: [String], _ reindex: @escaping TextReindexer) {
+    lock.withLock { if texts[model] == nil { texts[model] = (keyspaces, reindex) } }
+  }
+
+  /// The keyspaces of every registered text index.
+  func textKeyspaces() -> Set<String> { lock.withLock { Set(texts.values.flatMap(\.keyspaces)) } }
+
+  /// How to reindex the records of `model`, if it has text indexes.
+  func textReindexer(_ model: String) -> TextReindexer? { lock.withLock { texts[model]?.reindex } }
+
   /// Forgets the recorded shapes read so far (a shape was recorded).
   func shapesChanged() { lock.withLock { recorded = nil } }
 

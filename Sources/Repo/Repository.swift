@@ -77,6 +77,23 @@ where Model.ID: Codable & Hashable & Sendable {
     try read { try $0.fetchOne(descriptor) }
   }
 
+  /// The best `limit` records for a few words, from one snapshot, ranked
+  /// by relevance through a text index (``Index/text(_:name:)``): `index`
+  /// names it, or the model's first. A record matches when one of the
+  /// index's fields `localizedStandardContains` any of the words; the
+  /// score is BM25 (higher first, ties by id; see FORMAT.md §9.1 and the
+  /// README's "Searching text"). A word the index cannot serve (shorter
+  /// than three characters, or with characters it does not fold exactly)
+  /// is still matched, by reading every record.
+  ///
+  /// ```swift
+  /// let hits = try await posts.search("swift concurrency", limit: 10)
+  /// for hit in hits { print(hit.score, hit.record.title) }
+  /// ```
+  public func search(_ words: String, in index: String? = nil, limit: Int = 20) async throws -> [SearchMatch<Model>] {
+    try read { try $0.search(words, in: index, limit: limit) }
+  }
+
   /// The records `descriptor` selects among those whose reference through
   /// `keyPath` (a declared ``Relationship``) names a `Target` record that
   /// `predicate` selects, from one snapshot: the targets through their own
@@ -241,6 +258,10 @@ where Model.ID: Codable & Hashable & Sendable {
   }
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, transaction) }
+  /// ``Repository/search(_:in:limit:)`` in this transaction.
+  public func search(_ words: String, in index: String? = nil, limit: Int = 20) throws -> [SearchMatch<Model>] {
+    try access.search(words, index: index, limit: limit, transaction)
+  }
   /// The records a descriptor selects.
   public func fetch(_ descriptor: FetchDescriptor<Model>) throws -> [Model] {
     try access.fetch(descriptor, transaction, built: built)
@@ -396,6 +417,10 @@ where Model.ID: Codable & Hashable & Sendable {
 
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, snapshot) }
+  /// ``Repository/search(_:in:limit:)`` in this snapshot.
+  public func search(_ words: String, in index: String? = nil, limit: Int = 20) throws -> [SearchMatch<Model>] {
+    try access.search(words, index: index, limit: limit, snapshot)
+  }
   /// The records a descriptor selects.
   public func fetch(_ descriptor: FetchDescriptor<Model>) throws -> [Model] {
     try access.fetch(descriptor, snapshot, built: try built())

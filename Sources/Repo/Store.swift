@@ -358,7 +358,7 @@ public final class Store: Sendable {
       let result = try body(StoreTransaction(store: self, transaction: tx))
       entry.token = ChangeToken(tx.sequence)
       do {
-        try UndoCapture.capture(tx, start: start, into: &entry)
+        try UndoCapture.capture(tx, start: start, into: &entry, skipping: spaces.graph.textKeyspaces())
       } catch is UndoCapture.Refusal {
         kept = false
       }

@@ -60,6 +60,28 @@ import Testing
     #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
   }
 
+  /// The same for `contains` (by Character, case and accents kept): a
+  /// servable needle the haystack contains keeps all its trigrams.
+  @Test func aServedContainsNeverLosesAMatch() {
+    let seed = testSeed()
+    var rng = SplitMix64(seed: seed)
+    func pick<T>(_ a: [T]) -> T { a[Int(rng.next() % UInt64(a.count))] }
+    var matches = 0
+    let rounds = runningUnderTSan ? 20_000 : 200_000
+    for _ in 0..<rounds {
+      let h = (0..<(1 + Int(rng.next() % 8))).map { _ in pick(Self.strange) }.joined()
+      let chars = Array(h)
+      let a = Int(rng.next() % UInt64(chars.count))
+      let n = String(chars[a..<min(chars.count, a + 1 + Int(rng.next() % 4))])
+      guard n.unicodeScalars.allSatisfy(TextFolding.isSafe), h.contains(n) else { continue }
+      matches += 1
+      #expect(
+        TextFolding.trigrams(TextFolding.fold(n)).isSubset(of: TextFolding.trigrams(TextFolding.fold(h))),
+        "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
+    }
+    #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
+  }
+
   @Test func whatTheIndexDoesNotServe() {
     #expect(TextFolding.servable("Garden") == nil)
     #expect(TextFolding.servable("Crème brûlée") == nil)

@@ -225,10 +225,15 @@ enum UndoCapture {
   /// What undoing `tx` (about to commit) would write: every key it changed
   /// in records, indexes and references, with the value `start` (the
   /// store before it) held. Bookkeeping keyspaces (`#…`: history,
-  /// migrations) are not undone.
-  static func capture(_ tx: WriteTransaction, start: Snapshot, into entry: inout UndoEntry) throws {
+  /// migrations) are not undone, nor text indexes: their entries hold many
+  /// records each, so they are moved with the records they index when an
+  /// action is undone (``apply(_:_:graph:)``), and a later write to another
+  /// record of one is no conflict.
+  static func capture(
+    _ tx: WriteTransaction, start: Snapshot, into entry: inout UndoEntry, skipping: Set<String> = []
+  ) throws {
     guard let changes = tx.changes, changes.isComplete else { throw Refusal.tooLarge }
-    for (name, c) in changes.keyspaces where !name.hasPrefix("#") {
+    for (name, c) in changes.keyspaces where !name.hasPrefix("#") && !skipping.contains(name) {
       guard c.isComplete else { throw Refusal.tooLarge }
       let ranges = c.dropped ? [KeyRange.all] : c.deletedRanges
       if name.hasSuffix("#meta") {
@@ -278,6 +283,7 @@ enum UndoCapture {
     }
     for name in names {
       let changes = entry.spaces[name]!
+      let reindex = name.contains("#") ? nil : graph.textReindexer(name)
       var undone: [UndoChange] = []
       undone.reserveCapacity(changes.count)
       for change in changes {
@@ -287,6 +293,7 @@ enum UndoCapture {
           guard try tx.insert(change.key, before, in: name) else {
             throw conflict(entry, name, change.key, "it changed since")
           }
+          try reindex?(tx, change.key, nil, before)
           undone.append(UndoChange(key: change.key, before: nil, after: undoHash(before)))
           continue
         }
@@ -299,6 +306,7 @@ enum UndoCapture {
         } else {
           _ = try tx.delete(change.key, in: name)
         }
+        try reindex?(tx, change.key, current, change.before)
         undone.append(UndoChange(key: change.key, before: current, after: change.before.map(undoHash)))
       }
       inverse.set(undone, in: name, sorted: true)

@@ -93,7 +93,7 @@ final class PlanCache: @unchecked Sendable {
         guard let rows = planning.make(n, narrowest: narrowest)?.rows else { return nil }
         narrowest = rows
       }
-    case .primary, .index, .union: break
+    case .primary, .index, .union, .text: break
     }
     let bound = entry.cost * Self.skew + Self.skewSlack
     guard let made = planning.make(entry.choice, narrowest: narrowest, within: bound), made.cost <= bound
@@ -137,6 +137,8 @@ struct PlanKey: Hashable {
     case condition(AnyKeyPath, Condition.Op, ConstantKind)
     case sort(AnyKeyPath?, reverse: Bool, plain: Bool)
     case shape(complete: Bool, conditions: Int, branches: Int)
+    /// A text condition on a field, and whether an index can serve its term.
+    case text(AnyKeyPath, folded: Bool, servable: Bool)
   }
 
   var records: Int
@@ -167,6 +169,9 @@ struct PlanKey: Hashable {
   private mutating func append(_ a: Analysis) {
     parts.append(.shape(complete: a.complete, conditions: a.conditions.count, branches: a.branches?.count ?? -1))
     for c in a.conditions { parts.append(.condition(c.keyPath, c.op, ConstantKind(c.value))) }
+    for t in a.texts {
+      parts.append(.text(t.keyPath, folded: t.folded, servable: TextFolding.servable(t.term) == nil))
+    }
     for b in a.branches ?? [] { append(b) }
   }
 }

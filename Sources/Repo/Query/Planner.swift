@@ -13,6 +13,9 @@ struct Plan<M>: CustomStringConvertible {
     /// The records each plan reads, each record once (an `||` of
     /// conditions indexes serve, or `!=` as the ranges either side).
     indirect case union([Plan<M>])
+    /// A text index: the records holding every one of `trigrams` (of the
+    /// folded `terms`), in key order, each then looked up.
+    case text(ModelSpace<M>.ResolvedIndex<M>, trigrams: [[UInt8]], terms: [String], reverse: Bool)
   }
 
   var access: Access
@@ -26,6 +29,8 @@ struct Plan<M>: CustomStringConvertible {
   /// How the records read are filtered (CompiledPredicate.how), once
   /// explain() has asked.
   var filter: String? = nil
+  /// Why a text index was not used for a term (for explain()).
+  var notes: [String] = []
 
   var description: String {
     let how: String
@@ -39,14 +44,19 @@ struct Plan<M>: CustomStringConvertible {
         + (i.index.unique ? " [unique]" : "")
     case .union(let parts):
       how = "union of " + parts.map { "(" + $0.description + ")" }.joined(separator: " | ") + ", each record once"
-      return [how, exact ? "no filter" : "then " + (filter ?? "filter"), ordered ? "in sort order" : "then sort"]
-        .joined(separator: ", ")
+      return
+        ([how, exact ? "no filter" : "then " + (filter ?? "filter"), ordered ? "in sort order" : "then sort"]
+        + notes).joined(separator: ", ")
+    case .text(let i, let trigrams, let terms, let reverse):
+      how =
+        "text index \(i.keyspace) for " + terms.map { "\"\($0)\"" }.joined(separator: " and ")
+        + " (records holding all \(trigrams.count) trigrams of the folded text)" + (reverse ? " (reverse)" : "")
     }
     var parts = [how]
     if !used.isEmpty { parts.append("using " + used.map(\.description).joined(separator: " && ")) }
     parts.append(exact ? "no filter" : "then " + (filter ?? "filter"))
     parts.append(ordered ? "in sort order" : "then sort")
-    return parts.joined(separator: ", ")
+    return (parts + notes).joined(separator: ", ")
   }
 }
 
@@ -78,6 +88,8 @@ indirect enum PlanChoice: Hashable {
   case scan
   /// Each branch of an `||` by its own choice, each record once.
   case union([PlanChoice])
+  /// Text index `space.indexes[i]` for the terms it serves.
+  case text(Int)
 }
 
 /// A plan with what the planner knew when it chose it.
@@ -114,11 +126,32 @@ enum Planner {
       Planning(
         descriptor, analysis: analysis, space: space, built: built, count: count, facts: facts, records: records)
     }
-    guard let key = PlanKey(descriptor, analysis: analysis, space: space, built: built, records: magnitude) else {
+    var plan: Plan<M>
+    if let key = PlanKey(descriptor, analysis: analysis, space: space, built: built, records: magnitude) {
+      plan = space.plans.plan(for: key, planning: planning)
+    } else {
       space.counters.plansMade.add(1, ordering: .relaxed)
-      return planning(nil).best().plan
+      plan = planning(nil).best().plan
     }
-    return space.plans.plan(for: key, planning: planning)
+    if !analysis.texts.isEmpty || analysis.branches != nil {
+      plan.notes = textNotes(analysis, space: space, built: built)
+    }
+    return plan
+  }
+
+  /// Why the built text indexes over a term's field cannot serve it, for
+  /// each such term of the predicate.
+  static func textNotes<M>(_ analysis: Analysis, space: ModelSpace<M>, built: Set<String>) -> [String] {
+    var notes: [String] = []
+    for t in analysis.texts {
+      guard let why = TextFolding.servable(t.term) else { continue }
+      for i in space.indexes
+      where i.index.isText && built.contains(i.index.name) && i.index.keyPaths.contains(t.keyPath) {
+        notes.append("text index \(i.index.name) not used for \"\(t.term)\": \(why), so every record is read")
+      }
+    }
+    for b in analysis.branches ?? [] { notes += textNotes(b, space: space, built: built) }
+    return notes
   }
 
   /// Whether `keyPath` reads a model's `id`: `\M.id` as generic code forms
@@ -360,6 +393,10 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
     // 1. The primary key. 2. Each built index's range.
     add(primary())
     for i in space.indexes.indices where isBuilt(i) { add(index(i)) }
+    // 2b. Each built text index, for the terms it serves.
+    if !analysis.texts.isEmpty {
+      for i in space.indexes.indices where isBuilt(i) { add(text(i)) }
+    }
     // 3. A sort order an index already has, stopping once the limit is filled.
     for i in space.indexes.indices where isBuilt(i) { add(sortedIndex(i, narrowest: narrowest)) }
     // 4. Everything, in id order.
@@ -387,6 +424,7 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
     case .sortedIndex(let i): return i < space.indexes.count && isBuilt(i) ? sortedIndex(i, narrowest: narrowest) : nil
     case .scan: return scan(narrowest: narrowest)
     case .union(let choices): return union(choices)
+    case .text(let i): return i < space.indexes.count && isBuilt(i) ? text(i) : nil
     }
   }
 
@@ -420,6 +458,7 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
     let conditions = analysis.conditions
     let resolved = space.indexes[i]
     let index = resolved.index
+    guard !index.isText else { return nil }
     var prefix: [UInt8] = []
     var used: [UsedCondition] = []
     var consumed = 0
@@ -465,7 +504,9 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
   /// 3. Index `i` whole, when its order is the sort's: with a filter that
   /// keeps one record in total/narrowest, about limit × total/narrowest reads.
   private func sortedIndex(_ i: Int, narrowest: Double) -> Candidate<M>? {
-    guard !sortPaths.isEmpty, sortUniform, keyOrder, matchesSort(space.indexes[i].index.keyPaths) else { return nil }
+    guard !sortPaths.isEmpty, sortUniform, keyOrder, !space.indexes[i].index.isText,
+      matchesSort(space.indexes[i].index.keyPaths)
+    else { return nil }
     let plan = Plan<M>(
       access: .index(space.indexes[i], .all, reverse: sortReverse), ordered: true,
       exact: analysis.complete && analysis.conditions.isEmpty, used: [])
@@ -479,6 +520,38 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
       exact: analysis.complete && analysis.conditions.isEmpty, used: [])
     return Candidate(
       cost: idOrdered ? reach(narrowest: narrowest) : cost(rows: total, ordered: false), plan: plan, choice: .scan)
+  }
+
+  /// 2b. Text index `i`: the records holding every trigram of every term
+  /// it serves among the predicate's top-level text conditions on its
+  /// fields (each must hold, so all their trigrams must be there), in id
+  /// order. The predicate decides each: never exact.
+  private func text(_ i: Int) -> Candidate<M>? {
+    let resolved = space.indexes[i]
+    guard resolved.index.isText else { return nil }
+    var trigrams = Set<[UInt8]>()
+    var terms: [String] = []
+    for t in analysis.texts
+    where resolved.index.keyPaths.contains(t.keyPath) && TextFolding.servable(t.term) == nil {
+      trigrams.formUnion(TextFolding.trigrams(TextFolding.fold(t.term)))
+      terms.append(t.term)
+    }
+    guard !trigrams.isEmpty else { return nil }
+    let sorted = trigrams.sorted { $0.lexicographicallyPrecedes($1) }
+    // Each entry holds up to 256 records (keys alike but for the last
+    // byte): the rarest trigram's entries, a few records each, bound it.
+    var fewest = total
+    for t in sorted {
+      if let n = TextPostings.groups(t, keyspace: resolved.keyspace, count) { fewest = min(fewest, n) }
+    }
+    let rows = min(total, fewest * 4)
+    let ordered = idOrdered
+    let plan = Plan<M>(
+      access: .text(resolved, trigrams: sorted, terms: terms, reverse: ordered && sortReverse), ordered: ordered,
+      exact: false, used: [])
+    return Candidate(
+      cost: cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan: plan, choice: .text(i),
+      rows: rows)
   }
 
   /// 5. An `||` (or a `!=`): the union of each branch's own best range (or

@@ -61,6 +61,10 @@ struct Analysis {
   /// their analyses: an index union may serve it. (`a != c` is `a < c ||
   /// a > c`, and `|| a == nil` for an optional.)
   var branches: [Analysis]? = nil
+  /// Text conditions (`localizedStandardContains`, `contains` on a string
+  /// field) joined by `&&` at the top: a text index may narrow the records
+  /// to read; the predicate still decides.
+  var texts: [TextCondition] = []
 
   static var opaque: Analysis { Analysis(conditions: [], complete: false) }
 
@@ -201,8 +205,27 @@ extension PredicateExpressions.Conjunction: PlannableExpression {
   func analyze() -> Analysis {
     let l = (lhs as? any PlannableExpression)?.analyze() ?? .opaque
     let r = (rhs as? any PlannableExpression)?.analyze() ?? .opaque
-    return Analysis(conditions: l.conditions + r.conditions, complete: l.complete && r.complete)
+    return Analysis(
+      conditions: l.conditions + r.conditions, complete: l.complete && r.complete, texts: l.texts + r.texts)
   }
+}
+
+/// `field.localizedStandardContains(term)` or `field.contains(term)` on a
+/// string field of the model and a constant term: a text condition.
+private func textCondition(_ field: Any, _ term: Any, folded: Bool) -> Analysis {
+  guard let kp = (field as? any KeyPathExpression)?.modelKeyPath, type(of: kp).valueType == String.self,
+    let t = (term as? any ConstantExpression)?.constant as? String
+  else { return .opaque }
+  return Analysis(conditions: [], complete: false, texts: [TextCondition(keyPath: kp, term: t, folded: folded)])
+}
+
+// Foundation's type on Apple platforms, Cairn's (LocalizedStandardContains.swift) elsewhere.
+extension PredicateExpressions.StringLocalizedStandardContains: PlannableExpression {
+  func analyze() -> Analysis { textCondition(root, other, folded: true) }
+}
+
+extension PredicateExpressions.CollectionContainsCollection: PlannableExpression {
+  func analyze() -> Analysis { textCondition(base, other, folded: false) }
 }
 
 extension PredicateExpressions.Value: PlannableExpression {

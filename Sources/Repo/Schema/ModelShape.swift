@@ -83,17 +83,24 @@ public struct IndexShape: Codable, Equatable, Sendable, CustomStringConvertible 
   public var keyPaths: [String]
   /// Whether two records may not share a value.
   public var unique: Bool
+  /// True for a text index (``Index/text(_:name:)``); absent otherwise.
+  public var text: Bool?
 
   /// Creates an index shape.
-  public init(name: String, keyPaths: [String], unique: Bool) {
+  public init(name: String, keyPaths: [String], unique: Bool, text: Bool? = nil) {
     self.name = name
     self.keyPaths = keyPaths
     self.unique = unique
+    self.text = text == true ? true : nil
   }
 
   public var description: String {
-    "index \(name)\(unique ? " (unique)" : ""): \(keyPaths.joined(separator: ", "))"
+    "\(text == true ? "text index" : "index") \(name)\(unique ? " (unique)" : ""): \(keyPaths.joined(separator: ", "))"
   }
+
+  /// What `N#meta` key `index:I` holds once the index is built: its key
+  /// paths joined by ",", after "text:" for a text index (FORMAT.md §9.1).
+  var builtMarker: [UInt8] { Array(((text == true ? "text:" : "") + keyPaths.joined(separator: ",")).utf8) }
 }
 
 /// One relationship of a ``ModelShape``.

@@ -286,9 +286,8 @@ extension ModelAccess {
     }
     let oldIndexes = Dictionary((stored?.indexes ?? []).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
     for i in declared.indexes {
-      let paths = Array(i.keyPaths.joined(separator: ",").utf8)
       if let b = built[i.name] {
-        let same = b == paths && (oldIndexes[i.name].map { $0.unique == i.unique } ?? true)
+        let same = b == i.builtMarker && (oldIndexes[i.name].map { $0.unique == i.unique } ?? true)
         if same { continue }
         plan.drop.append(i.name)
       }
@@ -366,23 +365,30 @@ extension ModelAccess {
     try tx.createKeyspace(i.keyspace)
     let cursor = try tx.cursor(in: space.records)
     var done = 0
+    let text = space.texts.first { $0.keyspace == i.keyspace }
     while let e = try cursor.next() {
       let model = try decode(e.value, key: e.key)
-      let k = try indexKey(i, model, id: e.key)
-      if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
-        throw RepoError(
-          .uniqueViolation, "existing records share a value of unique index \(i.index.name)", model: space.name,
-          id: Self.describeKey(e.key), field: i.index.name)
+      if let text {
+        try withUnsafePointer(to: model) {
+          try TextPostings.apply(text.trigrams($0), key: e.key, adding: true, keyspace: i.keyspace, tx)
+        }
+      } else {
+        let k = try indexKey(i, model, id: e.key)
+        if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
+          throw RepoError(
+            .uniqueViolation, "existing records share a value of unique index \(i.index.name)", model: space.name,
+            id: Self.describeKey(e.key), field: i.index.name)
+        }
+        try tx.put(k, e.key, in: i.keyspace)
       }
-      try tx.put(k, e.key, in: i.keyspace)
       done += 1
       if let progress, done % 4096 == 0 {
         progress(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
       }
     }
     progress?(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
-    try tx.put(
-      indexMetaPrefix + Array(i.index.name.utf8), Array(i.index.keyPaths.map { "\($0)" }.joined(separator: ",").utf8),
-      in: space.meta)
+    let shape = IndexShape(
+      name: i.index.name, keyPaths: i.index.keyPaths.map { "\($0)" }, unique: i.index.unique, text: i.index.isText)
+    try tx.put(indexMetaPrefix + Array(i.index.name.utf8), shape.builtMarker, in: space.meta)
   }
 }
