@@ -7,7 +7,9 @@ enum StatsCommand {
   static let help = """
     \(usage)
 
-    Prints, per keyspace, its key count, tree height and node count; the
+    Prints, per keyspace, its key count, tree height, node count and bytes;
+    each text index (a model's `Index.text`) with its fields, entries and
+    bytes against its model's records; the
     file sizes; live and garbage bytes of the data file; the compression
     ratio of its node and value blocks; the WAL's size and record count; and
     the last commit sequence. Opens the store read-only (replaying the WAL in
@@ -27,6 +29,18 @@ enum StatsCommand {
       var nodes: Int
       var branches: Int
       var leaves: Int
+      /// Bytes of its tree as stored (TreeShape.bytes).
+      var bytes: UInt64
+    }
+    struct TextIndex: Encodable {
+      var model: String
+      var name: String
+      var keyspace: String
+      var fields: [String]
+      var entries: UInt64
+      var bytes: UInt64
+      /// Bytes of the model's records keyspace, for comparison.
+      var recordBytes: UInt64
     }
     var path: String
     var dataFileBytes: UInt64
@@ -43,6 +57,7 @@ enum StatsCommand {
     var lastSequence: UInt64
     var checkpointSequence: UInt64
     var keyspaces: [Keyspace]
+    var textIndexes: [TextIndex]
   }
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
@@ -91,7 +106,27 @@ enum StatsCommand {
         keyspaces.append(
           .init(
             name: name, keys: shape.keys, height: shape.height, nodes: shape.branches + shape.leaves,
-            branches: shape.branches, leaves: shape.leaves))
+            branches: shape.branches, leaves: shape.leaves, bytes: shape.bytes))
+      }
+      let byName = Dictionary(keyspaces.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+      var texts: [Stats.TextIndex] = []
+      for meta in keyspaces where meta.name.hasSuffix("#meta") {
+        // A built text index's marker: `index:I` = "text:" and its fields (FORMAT.md §9.1).
+        let model = String(meta.name.dropLast("#meta".count))
+        let prefix = Array("index:".utf8)
+        try snap.cursor(in: meta.name, range: .prefix(prefix)).forEach { k, v in
+          let marker = String(decoding: v, as: UTF8.self)
+          guard marker.hasPrefix("text:") else { return true }
+          let name = String(decoding: k[prefix.count...], as: UTF8.self)
+          let keyspace = model + "#index:" + name
+          texts.append(
+            .init(
+              model: model, name: name, keyspace: keyspace,
+              fields: marker.dropFirst("text:".count).split(separator: ",").map(String.init),
+              entries: byName[keyspace]?.keys ?? 0, bytes: byName[keyspace]?.bytes ?? 0,
+              recordBytes: byName[model]?.bytes ?? 0))
+          return true
+        }
       }
       progress.finish()
       stats = Stats(
@@ -100,7 +135,7 @@ enum StatsCommand {
         storedPayloadBytes: stored, compressionRatio: stored == 0 ? 1 : Double(raw) / Double(stored),
         compressedBlocks: compressed, blocks: blocks, walBytes: wal.bytes, walRecords: wal.records,
         lastSequence: snap.sequence.rawValue, checkpointSequence: storage.checkpointSequence.rawValue,
-        keyspaces: keyspaces)
+        keyspaces: keyspaces, textIndexes: texts)
     } catch {
       progress.finish()
       throw commandError(error, path: path)
@@ -128,12 +163,19 @@ enum StatsCommand {
       let width = max(8, stats.keyspaces.map(\.name.count).max() ?? 0)
       func pad(_ s: String, _ n: Int) -> String { s + String(repeating: " ", count: max(0, n - s.count)) }
       func lpad(_ s: String, _ n: Int) -> String { String(repeating: " ", count: max(0, n - s.count)) + s }
-      out.line("  " + pad("keyspace", width) + lpad("keys", 14) + lpad("height", 8) + lpad("nodes", 10))
+      out.line(
+        "  " + pad("keyspace", width) + lpad("keys", 14) + lpad("height", 8) + lpad("nodes", 10) + lpad("bytes", 16))
       for k in stats.keyspaces {
         out.line(
           "  " + pad(k.name, width) + lpad(grouped(k.keys), 14) + lpad(String(k.height), 8)
-            + lpad(grouped(k.nodes), 10))
+            + lpad(grouped(k.nodes), 10) + lpad(grouped(k.bytes), 16))
       }
+    }
+    for t in stats.textIndexes {
+      let ratio = t.recordBytes == 0 ? "" : String(format: " (%.2f× its records)", Double(t.bytes) / Double(t.recordBytes))
+      out.line(
+        "  text index \(t.model).\(t.name) over \(t.fields.joined(separator: ", ")): "
+          + "\(grouped(t.entries)) entries, \(grouped(t.bytes)) bytes\(ratio)")
     }
     return .ok
   }

@@ -1,5 +1,6 @@
 import Engine
 import EngineTestSupport
+import EnginectlKit
 import Foundation
 import Repo
 import Testing
@@ -308,5 +309,32 @@ struct TextGenerator {
     let fresh = try Store.inMemory(schema: Self.schema)
     try await fresh.repository(TPost.self).insert(contentsOf: all)
     #expect(try Self.entries(store, "TPost#index:search") == Self.entries(fresh, "TPost#index:search"))
+  }
+
+  @Test func enginectlStatsReportsEachTextIndexSize() async throws {
+    let folder = TempFolder()
+    let store = try Store.open(at: folder.path, schema: Self.schema)
+    var gen = TextGenerator(rng: SplitMix64(seed: 7))
+    try await store.repository(TPost.self).insert(contentsOf: (0..<500).map { gen.post($0) })
+    try store.close()
+    func run(_ args: [String]) -> (status: Int32, out: String) {
+      let out = Locked<[UInt8]>([])
+      let console = Console(out: { b in out.withLock { $0 += b } }, err: { _ in })
+      let status = Enginectl.main(args, console: console)
+      return (status, String(decoding: out.withLock { $0 }, as: UTF8.self))
+    }
+    let json = run(["stats", folder.path, "--json"])
+    #expect(json.status == 0)
+    let parsed = try #require(try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any])
+    let texts = try #require(parsed["textIndexes"] as? [[String: Any]])
+    #expect(texts.count == 1)
+    #expect(texts.first?["name"] as? String == "search")
+    #expect(texts.first?["keyspace"] as? String == "TPost#index:search")
+    #expect((texts.first?["fields"] as? [String])?.count == 3)
+    #expect((texts.first?["entries"] as? Int ?? 0) > 100)
+    #expect((texts.first?["bytes"] as? Int ?? 0) > 1000)
+    #expect((texts.first?["recordBytes"] as? Int ?? 0) > 1000)
+    let text = run(["stats", folder.path])
+    #expect(text.out.contains("text index TPost.search over \\TPost.title, \\TPost.body, \\TPost.subtitle"), "\(text.out)")
   }
 }

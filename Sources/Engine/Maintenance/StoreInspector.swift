@@ -405,6 +405,10 @@ public struct TreeShape: Sendable, Codable, Equatable {
   public var branches: Int
   /// Leaf nodes.
   public var leaves: Int
+  /// Bytes the tree takes: its nodes' blocks and large values as stored
+  /// (compressed), and for nodes not yet written (a WAL replayed in
+  /// memory) their raw encoding.
+  public var bytes: UInt64 = 0
 }
 
 extension Snapshot {
@@ -415,7 +419,7 @@ extension Snapshot {
       return TreeShape(keys: 0, height: 0, branches: 0, leaves: 0)
     }
     let ctx = TreeContext(store: version.store)
-    var shape = TreeShape(keys: tree.count, height: tree.height, branches: 0, leaves: 0)
+    var shape = TreeShape(keys: tree.count, height: tree.height, branches: 0, leaves: 0, bytes: Self.bytes(of: root))
     guard tree.height > 1 else {
       shape.leaves = 1
       return shape
@@ -427,5 +431,15 @@ extension Snapshot {
       if b.level == 1 { shape.leaves += b.childCount } else { stack += b.children }
     }
     return shape
+  }
+
+  /// A subtree's bytes: as written for a node on disk (its parent records
+  /// them), the raw encoding of one only in memory.
+  private static func bytes(of ref: NodeRef) -> UInt64 {
+    switch ref {
+    case .disk(let d): return d.subtreeBytes
+    case .memory(.leaf(let l)): return UInt64(l.encodedSize)
+    case .memory(.branch(let b)): return b.children.reduce(UInt64(b.encodedSize)) { $0 + bytes(of: $1) }
+    }
   }
 }
