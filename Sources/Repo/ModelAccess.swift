@@ -236,6 +236,28 @@ where M.ID: Codable & Hashable & Sendable {
     case .text(let i, let trigrams, _, let reverse):
       // The records holding every trigram, in key order; each looked up.
       var keys = try TextPostings.candidates(trigrams, keyspace: i.keyspace, reader)
+      guard let first = keys.first, let last = keys.last else { return }
+      // Many candidates: one pass over their span of the records keyspace
+      // reads leaf after leaf, cheaper than a descent per record.
+      if !reverse, keys.count > 64, UInt64(keys.count) * 8 > (try reader.count(in: space.records)) {
+        let c = try reader.cursor(in: space.records, range: KeyRange(from: first, to: last + [0]))
+        c.keepsScannedLeaves = true
+        var n = 0
+        var read = 0
+        defer { counters.recordsRead.add(read, ordering: .relaxed) }
+        try c.forEach { k, v in
+          while n < keys.count, compareKey(keys[n], k) < 0 {
+            throw RepoError(
+              .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
+              id: Self.describeKey(keys[n]))
+          }
+          guard n < keys.count, compareKey(keys[n], k) == 0 else { return true }
+          n += 1
+          read += 1
+          return try visit(k, v, nil)
+        }
+        return
+      }
       if reverse { keys.reverse() }
       for k in keys {
         var more = true
@@ -427,7 +449,25 @@ where M.ID: Codable & Hashable & Sendable {
 
   // MARK: Writing
 
-  func insert(_ model: M, _ tx: WriteTransaction) throws {
+  /// Stores new records: as `insert` one by one, with their text postings
+  /// gathered and written once for the batch (also when one is refused:
+  /// those stored before it keep theirs).
+  func insert(contentsOf models: some Collection<M>, _ tx: WriteTransaction) throws {
+    guard !space.texts.isEmpty else {
+      for m in models { try insert(m, tx) }
+      return
+    }
+    let buffer = TextPostingBuffer()
+    do {
+      for m in models { try insert(m, tx, postings: buffer) }
+    } catch {
+      try buffer.flush(tx)
+      throw error
+    }
+    try buffer.flush(tx)
+  }
+
+  func insert(_ model: M, _ tx: WriteTransaction, postings: TextPostingBuffer? = nil) throws {
     if !space.relationships.isEmpty { try checkReferences(model, tx) }
     let k = try key(model.id)
     let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
@@ -437,7 +477,14 @@ where M.ID: Codable & Hashable & Sendable {
       throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
     }
     for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
-    if !space.texts.isEmpty { try addTextEntries(of: model, key: k, tx) }
+    guard !space.texts.isEmpty else { return }
+    if let postings {
+      try withUnsafePointer(to: model) { p in
+        for t in space.texts { try postings.add(t.trigrams(UnsafeRawPointer(p)), key: k, keyspace: t.keyspace, tx) }
+      }
+    } else {
+      try addTextEntries(of: model, key: k, tx)
+    }
   }
 
   func update(_ model: M, _ tx: WriteTransaction) throws {

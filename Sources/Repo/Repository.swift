@@ -254,7 +254,7 @@ where Model.ID: Codable & Hashable & Sendable {
       let (total, overflow) = (after - before).multipliedReportingOverflow(by: models.count - 2)
       transaction.expectWrites(bytes: overflow ? .max : total)
     }
-    for m in models.dropFirst(2) { try access.insert(m, transaction) }
+    try access.insert(contentsOf: models.dropFirst(2), transaction)
   }
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, transaction) }

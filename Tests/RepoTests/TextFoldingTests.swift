@@ -82,6 +82,34 @@ import Testing
     #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
   }
 
+  /// ASCII text skips Foundation's folding: it must give the same text,
+  /// and its trigrams (packed) the same as the general path's.
+  @Test func theASCIIFastPathFoldsAsFoundationDoes() {
+    var rng = SplitMix64(seed: testSeed())
+    for _ in 0..<(runningUnderTSan ? 200 : 5_000) {
+      let s = String(
+        decoding: (0..<Int(rng.next() % 40)).map { _ in UInt8(rng.next() % 128) }, as: UTF8.self)
+      #expect(TextFolding.fold(s) == TextFolding.foundationFold(s), "\(s.debugDescription)")
+      let f = TextFolding.fold(s)
+      #expect(
+        TextFolding.sortedTrigrams([f]) == TextFolding.trigrams(f).sorted { $0.lexicographicallyPrecedes($1) },
+        "\(s.debugDescription)")
+    }
+  }
+
+  /// Latin text is folded scalar by scalar from a table: the same text as
+  /// Foundation's folding of the whole string, marks and all.
+  @Test func theLatinFastPathFoldsAsFoundationDoes() {
+    var rng = SplitMix64(seed: testSeed())
+    let scalars = (UInt32(0x20)...0x24F).compactMap(Unicode.Scalar.init) + (UInt32(0x300)..<0x370).compactMap(Unicode.Scalar.init)
+    for _ in 0..<(runningUnderTSan ? 500 : 20_000) {
+      var v = String.UnicodeScalarView()
+      for _ in 0..<Int(rng.next() % 12) { v.append(scalars[Int(rng.next() % UInt64(scalars.count))]) }
+      let s = String(v)
+      #expect(TextFolding.fold(s) == TextFolding.foundationFold(s), "\(s.debugDescription)")
+    }
+  }
+
   @Test func whatTheIndexDoesNotServe() {
     #expect(TextFolding.servable("Garden") == nil)
     #expect(TextFolding.servable("Crème brûlée") == nil)

@@ -32,7 +32,7 @@ struct Row {
 
 /// The systems "ahead" compares Cairn with: other stores and coders a user
 /// would pick instead. (Workload 13's rows compare Cairn with itself.)
-let peerSystems: Set<String> = ["sqlite", "lmdb", "json"]
+let peerSystems: Set<String> = ["sqlite", "lmdb", "json", "fts5"]
 
 func median(_ xs: [Double]) -> Double {
   let s = xs.sorted()
@@ -115,7 +115,7 @@ func cells(_ row: Row, _ system: String) -> [String] {
   return [system, value, rate, memory, ratio]
 }
 
-let systemOrder = ["cairn", "cairn-perkey", "cairn-dynamic", "sqlite", "lmdb", "disk"]
+let systemOrder = ["cairn", "cairn-perkey", "cairn-dynamic", "sqlite", "fts5", "lmdb", "disk"]
 
 func orderedSystems(_ row: Row) -> [String] {
   systemOrder.filter { row.medians[$0] != nil } + row.medians.keys.filter { !systemOrder.contains($0) }.sorted()
@@ -188,7 +188,7 @@ func svgChart(_ rows: [Row]) -> String {
   func x(_ r: Double) -> Double {
     Double(left) + (log10(max(r, 0.1)) - minLog) / (maxLog - minLog) * Double(width - left - 20)
   }
-  let colors = ["sqlite": "#4a7fb5", "lmdb": "#d08a2c", "cairn-perkey": "#8a8a8a", "cairn-dynamic": "#8a8a8a"]
+  let colors = ["sqlite": "#4a7fb5", "fts5": "#6aa84f", "lmdb": "#d08a2c", "cairn-perkey": "#8a8a8a", "cairn-dynamic": "#8a8a8a"]
   var svg = """
     <svg xmlns="http://www.w3.org/2000/svg" width="\(width)" height="\(height)" font-family="sans-serif" font-size="11">
     <text x="10" y="18" font-size="14">How many times better Cairn is (log scale; right of 1× = Cairn ahead)</text>

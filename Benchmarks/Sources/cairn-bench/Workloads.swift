@@ -135,6 +135,7 @@ enum Workloads {
     Processes(),
     Migration(),
     Relationships(),
+    TextSearch(),
   ]
 
   /// The workload with this id or name.

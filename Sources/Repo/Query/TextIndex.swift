@@ -14,12 +14,7 @@ struct TextWriter {
   /// The distinct trigrams of the model's fields, each field folded on its
   /// own (a trigram never spans two fields), sorted.
   func trigrams(_ model: UnsafeRawPointer) -> [[UInt8]] {
-    var all = Set<[UInt8]>()
-    for field in fields {
-      guard let text = field(model), !text.isEmpty else { continue }
-      all.formUnion(TextFolding.trigrams(TextFolding.fold(text)))
-    }
-    return all.sorted { $0.lexicographicallyPrecedes($1) }
+    TextFolding.sortedTrigrams(fields.lazy.compactMap { $0(model) }.map(TextFolding.fold))
   }
 }
 
@@ -41,6 +36,10 @@ struct MemberSet: Equatable {
   mutating func insert(_ b: UInt8) { setWord(Int(b) >> 6, word(Int(b) >> 6) | (1 << UInt64(b & 63))) }
 
   mutating func remove(_ b: UInt8) { setWord(Int(b) >> 6, word(Int(b) >> 6) & ~(1 << UInt64(b & 63))) }
+
+  func union(_ o: MemberSet) -> MemberSet {
+    MemberSet(words: (words.0 | o.words.0, words.1 | o.words.1, words.2 | o.words.2, words.3 | o.words.3))
+  }
 
   func intersection(_ o: MemberSet) -> MemberSet {
     MemberSet(words: (words.0 & o.words.0, words.1 & o.words.1, words.2 & o.words.2, words.3 & o.words.3))
@@ -243,6 +242,59 @@ enum TextPostings {
       }
     }
     return keys
+  }
+}
+
+/// Postings of a batch of inserted records, gathered so that each entry
+/// is read and written once per batch, not once per record: records with
+/// ids in sequence share entries (up to 256 each), so a batch of them
+/// writes a small fraction of the entries one by one would.
+final class TextPostingBuffer {
+  private var pending: [String: [[UInt8]: MemberSet]] = [:]
+  private var postings = 0
+  /// Postings held before they are written anyway, bounding the memory.
+  static let limit = 2_000_000
+
+  func add(_ trigrams: [[UInt8]], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
+    guard let member = key.last else { return }
+    var entries = pending.removeValue(forKey: keyspace) ?? [:]
+    var entry: [UInt8] = []
+    for t in trigrams {
+      entry.removeAll(keepingCapacity: true)
+      entry.append(UInt8(t.count))
+      entry.append(contentsOf: t)
+      entry.append(contentsOf: key.dropLast())
+      entries[entry, default: MemberSet()].insert(member)
+    }
+    pending[keyspace] = entries
+    postings += trigrams.count
+    if postings > Self.limit { try flush(tx) }
+  }
+
+  /// Writes what is gathered, each entry merged with what it holds.
+  func flush(_ tx: WriteTransaction) throws {
+    for (keyspace, entries) in pending {
+      for (entry, members) in entries.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        let old = try tx.withValue(for: entry, in: keyspace) { TextPostings.decode($0) } ?? MemberSet()
+        let union = old.union(members)
+        if union != old { try tx.put(entry, TextPostings.encode(union), in: keyspace) }
+      }
+    }
+    pending = [:]
+    postings = 0
+  }
+}
+
+/// Compares a key with a lent one as the engine orders keys: bytewise,
+/// a prefix first.
+func compareKey(_ a: [UInt8], _ b: UnsafeRawBufferPointer) -> Int {
+  a.withUnsafeBytes { a in
+    let n = min(a.count, b.count)
+    if n > 0, let pa = a.baseAddress, let pb = b.baseAddress {
+      let c = memcmp(pa, pb, n)
+      if c != 0 { return c < 0 ? -1 : 1 }
+    }
+    return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
   }
 }
 

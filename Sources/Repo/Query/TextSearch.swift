@@ -22,7 +22,7 @@ public struct SearchMatch<Model: Sendable>: Sendable {
 /// k1 = 1.2 and b = 0.75: the sum over the words it matches of
 /// `idf × tf × 2.2 / (tf + 1.2 × (0.25 + 0.75 × len / avglen))`, where
 /// `tf` is how often the folded word occurs in the record's folded fields
-/// (at least 1), `len` their length in characters, `avglen` the mean `len`
+/// (at least 1), `len` their folded length in UTF-8 bytes, `avglen` the mean `len`
 /// of the matching records, and `idf = ln(1 + (N − df + 0.5) / (df + 0.5))`
 /// for N records of the model, df of them matching the word. Ties go to
 /// the lower id (key order).
@@ -43,8 +43,9 @@ enum TextSearch {
     return out
   }
 
-  /// Non-overlapping occurrences of `needle` in `haystack`, by Unicode scalar.
-  static func occurrences(of needle: [Unicode.Scalar], in haystack: [Unicode.Scalar]) -> Int {
+  /// Non-overlapping occurrences of `needle` in `haystack`, both UTF-8
+  /// (a match of whole UTF-8 text can only start on a character boundary).
+  static func occurrences(of needle: [UInt8], in haystack: [UInt8]) -> Int {
     guard !needle.isEmpty, needle.count <= haystack.count else { return 0 }
     var n = 0
     var i = 0
@@ -87,7 +88,8 @@ extension ModelAccess {
       let trigrams = TextFolding.trigrams(w.folded).sorted { $0.lexicographicallyPrecedes($1) }
       candidates.formUnion(try TextPostings.candidates(trigrams, keyspace: text.keyspace, reader))
     }
-    let needles = words.map { Array($0.folded.unicodeScalars) }
+    let needles = words.map { Array($0.folded.utf8) }
+    let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
     // What each matching record scored on: per word, its tf (0: no match).
     var matchedKeys: [[UInt8]] = []
     var tfs: [[Int]] = []
@@ -96,11 +98,23 @@ extension ModelAccess {
     func consider(_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws {
       let model = try decode(bytes, key: key)
       let fields = withUnsafePointer(to: model) { p in text.fields.compactMap { $0(UnsafeRawPointer(p)) } }
-      let folded = fields.map { Array(TextFolding.fold($0).unicodeScalars) }
+      let folded = fields.map { Array(TextFolding.fold($0).utf8) }
       var tf = [Int](repeating: 0, count: words.count)
       var any = false
-      for (n, w) in words.enumerated() where fields.contains(where: { $0.localizedStandardContains(w.text) }) {
-        tf[n] = max(1, folded.reduce(0) { $0 + TextSearch.occurrences(of: needles[n], in: $1) })
+      for n in words.indices {
+        var count = 0
+        var matched = false
+        for (field, f) in zip(fields, folded) {
+          let c = TextSearch.occurrences(of: needles[n], in: f)
+          count += c
+          // ASCII on both sides: a folded match is exactly
+          // localizedStandardContains (as the byte-level filter has it).
+          if !matched {
+            matched = asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 } ? c > 0 : field.localizedStandardContains(words[n].text)
+          }
+        }
+        guard matched else { continue }
+        tf[n] = max(1, count)
         df[n] += 1
         any = true
       }

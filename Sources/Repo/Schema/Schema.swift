@@ -366,12 +366,11 @@ extension ModelAccess {
     let cursor = try tx.cursor(in: space.records)
     var done = 0
     let text = space.texts.first { $0.keyspace == i.keyspace }
+    let postings = TextPostingBuffer()
     while let e = try cursor.next() {
       let model = try decode(e.value, key: e.key)
       if let text {
-        try withUnsafePointer(to: model) {
-          try TextPostings.apply(text.trigrams($0), key: e.key, adding: true, keyspace: i.keyspace, tx)
-        }
+        try withUnsafePointer(to: model) { try postings.add(text.trigrams($0), key: e.key, keyspace: i.keyspace, tx) }
       } else {
         let k = try indexKey(i, model, id: e.key)
         if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
@@ -386,6 +385,7 @@ extension ModelAccess {
         progress(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
       }
     }
+    try postings.flush(tx)
     progress?(SchemaProgress(model: space.name, index: i.index.name, migration: nil, done: done, total: total))
     let shape = IndexShape(
       name: i.index.name, keyPaths: i.index.keyPaths.map { "\($0)" }, unique: i.index.unique, text: i.index.isText)
