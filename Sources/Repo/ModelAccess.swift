@@ -233,9 +233,9 @@ where M.ID: Codable & Hashable & Sendable {
           return try visit(k, v, nil)
         }
       }
-    case .text(let i, let trigrams, _, let reverse):
-      // The records holding every trigram, in key order; each looked up.
-      var keys = try TextPostings.candidates(trigrams, keyspace: i.keyspace, reader)
+    case .text(let i, let alternatives, _, let reverse):
+      // The records holding every trigram of an alternative, in key order.
+      var keys = try TextPostings.candidates(anyOf: alternatives, keyspace: i.keyspace, reader)
       guard let first = keys.first, let last = keys.last else { return }
       // Many candidates: one pass over their span of the records keyspace
       // reads leaf after leaf, cheaper than a descent per record.

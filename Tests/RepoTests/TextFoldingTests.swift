@@ -120,5 +120,7 @@ import Testing
     #expect(TextFolding.servable("日本語") != nil)
     #expect(TextFolding.fold("Crème BRÛLÉE") == "creme brulee")
     #expect(TextFolding.trigrams("abcd") == [Array("abc".utf8), Array("bcd".utf8)])
+    #expect(TextFolding.utf8Contains("aab", "ab") && TextFolding.utf8Contains("crème", "ème"))
+    #expect(!TextFolding.utf8Contains("abc", "abd") && !TextFolding.utf8Contains("ab", "abc"))
   }
 }

@@ -121,7 +121,7 @@ struct TextGenerator {
     #expect(try await posts.fetch(d).map(\.id) == [1, 2])
     let plan = try posts.explain(d)
     #expect(plan.contains("text index TPost#index:search"), "\(plan)")
-    #expect(plan.contains("union"), "\(plan)")
+    #expect(!plan.contains("union"), "\(plan)")
 
     let one = #Predicate<TPost> { $0.body.localizedStandardContains("french") && $0.category == 0 }
     #expect(try await posts.fetch(FetchDescriptor(predicate: one)).map(\.id) == [1])
@@ -236,6 +236,8 @@ struct TextGenerator {
           #Predicate { $0.title.localizedStandardContains(q) && $0.category == c },
           #Predicate { $0.body.localizedStandardContains(q) && $0.title.localizedStandardContains(q2) },
           #Predicate { ($0.subtitle ?? "").localizedStandardContains(q) || $0.body.contains(q2) },
+          #Predicate { $0.title.localizedStandardContains(q) || $0.body.localizedStandardContains(q2) },
+          #Predicate { $0.title.contains(q) || $0.subtitle == nil },
         ]
         let p = predicates[gen.next(predicates.count)]
         let expected = try all.filter { try p.evaluate($0) }.map(\.id).sorted()
@@ -252,7 +254,7 @@ struct TextGenerator {
       }
     }
     // Most queries were served by the index (the rest: short or unusual terms).
-    #expect(served > rounds * queriesPerRound / 4, "seed \(seed): \(served) served")
+    #expect(served > rounds * queriesPerRound / 5, "seed \(seed): \(served) served")
     // No stale posting: a store filled at once holds the same index.
     let fresh = try Store.inMemory(schema: Self.schema)
     try await fresh.repository(TPost.self).insert(contentsOf: model.values.sorted { $0.id < $1.id })

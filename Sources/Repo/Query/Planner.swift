@@ -13,9 +13,10 @@ struct Plan<M>: CustomStringConvertible {
     /// The records each plan reads, each record once (an `||` of
     /// conditions indexes serve, or `!=` as the ranges either side).
     indirect case union([Plan<M>])
-    /// A text index: the records holding every one of `trigrams` (of the
-    /// folded `terms`), in key order, each then looked up.
-    case text(ModelSpace<M>.ResolvedIndex<M>, trigrams: [[UInt8]], terms: [String], reverse: Bool)
+    /// A text index: the records holding every trigram of one of the
+    /// `alternatives` (each the trigrams of the folded terms of one `||`
+    /// branch, or of the whole predicate), in key order, each then read.
+    case text(ModelSpace<M>.ResolvedIndex<M>, alternatives: [[[UInt8]]], terms: [String], reverse: Bool)
   }
 
   var access: Access
@@ -47,10 +48,14 @@ struct Plan<M>: CustomStringConvertible {
       return
         ([how, exact ? "no filter" : "then " + (filter ?? "filter"), ordered ? "in sort order" : "then sort"]
         + notes).joined(separator: ", ")
-    case .text(let i, let trigrams, let terms, let reverse):
+    case .text(let i, let alternatives, let terms, let reverse):
+      let what =
+        alternatives.count == 1
+        ? "records holding all \(alternatives[0].count) trigrams of the folded text"
+        : "records holding all the trigrams of one of \(alternatives.count) alternatives, each once"
       how =
-        "text index \(i.keyspace) for " + terms.map { "\"\($0)\"" }.joined(separator: " and ")
-        + " (records holding all \(trigrams.count) trigrams of the folded text)" + (reverse ? " (reverse)" : "")
+        "text index \(i.keyspace) for " + terms.map { "\"\($0)\"" }.joined(separator: ", ") + " (\(what))"
+        + (reverse ? " (reverse)" : "")
     }
     var parts = [how]
     if !used.isEmpty { parts.append("using " + used.map(\.description).joined(separator: " && ")) }
@@ -547,7 +552,7 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
     let rows = min(total, fewest * 4)
     let ordered = idOrdered
     let plan = Plan<M>(
-      access: .text(resolved, trigrams: sorted, terms: terms, reverse: ordered && sortReverse), ordered: ordered,
+      access: .text(resolved, alternatives: [sorted], terms: terms, reverse: ordered && sortReverse), ordered: ordered,
       exact: false, used: [])
     return Candidate(
       cost: cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan: plan, choice: .text(i),
@@ -572,6 +577,28 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
       parts.append(c.plan)
       made.append(c.choice)
       rows += c.cost
+    }
+    // Every branch a text search in one index (`title` or `body` holds the
+    // term): one pass over the index, the alternatives' records merged in
+    // key order, instead of reading each branch's records.
+    if case .text(let first, _, _, _) = parts[0].access,
+      parts.allSatisfy({ p in
+        if case .text(let i, _, _, _) = p.access { return i.keyspace == first.keyspace }
+        return false
+      })
+    {
+      var alternatives: [[[UInt8]]] = []
+      var terms: [String] = []
+      for p in parts {
+        guard case .text(_, let a, let t, _) = p.access else { continue }
+        for x in a where !alternatives.contains(x) { alternatives.append(x) }
+        for x in t where !terms.contains(x) { terms.append(x) }
+      }
+      let ordered = idOrdered
+      let plan = Plan<M>(
+        access: .text(first, alternatives: alternatives, terms: terms, reverse: ordered && sortReverse),
+        ordered: ordered, exact: false, used: [])
+      return Candidate(cost: cost(rows: rows, ordered: ordered), plan: plan, choice: .union(made))
     }
     let ordered = sortPaths.isEmpty
     let union = Plan<M>(access: .union(parts), ordered: ordered, exact: parts.allSatisfy(\.exact), used: [])

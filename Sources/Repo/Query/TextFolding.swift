@@ -66,6 +66,28 @@ enum TextFolding {
     return String(scalars).lowercased()
   }
 
+  /// Whether `needle`'s UTF-8 occurs in `haystack`'s: implied by
+  /// `haystack.contains(needle)`, at the cost of a byte search.
+  static func utf8Contains(_ haystack: String, _ needle: String) -> Bool {
+    var (h, n) = (haystack, needle)
+    return h.withUTF8 { hb in
+      n.withUTF8 { nb in
+        guard nb.count > 0 else { return true }
+        guard hb.count >= nb.count, let hp = hb.baseAddress, let np = nb.baseAddress else { return false }
+        let first = Int32(np.pointee)
+        var at = 0
+        let last = hb.count - nb.count
+        while at <= last {
+          guard let p = memchr(hp + at, first, last - at + 1) else { return false }
+          at = UnsafePointer<UInt8>(p.assumingMemoryBound(to: UInt8.self)) - hp
+          if memcmp(hp + at, np, nb.count) == 0 { return true }
+          at += 1
+        }
+        return false
+      }
+    }
+  }
+
   /// Why an index cannot serve `needle`, or nil when it can: every
   /// character is one it was checked for, and the folded needle has at
   /// least three characters (one trigram).

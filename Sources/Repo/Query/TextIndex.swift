@@ -173,6 +173,40 @@ enum TextPostings {
     count(keyspace, .prefix(prefix(trigram)))
   }
 
+  /// The keys of the records holding every trigram of at least one of
+  /// `alternatives`, ascending, each once.
+  static func candidates(anyOf alternatives: [[[UInt8]]], keyspace: String, _ reader: some KeyValueReader) throws
+    -> [[UInt8]]
+  {
+    var merged: [[UInt8]] = []
+    for a in alternatives {
+      let keys = try candidates(a, keyspace: keyspace, reader)
+      if merged.isEmpty {
+        merged = keys
+        continue
+      }
+      var out: [[UInt8]] = []
+      out.reserveCapacity(merged.count + keys.count)
+      var i = 0
+      var j = 0
+      while i < merged.count || j < keys.count {
+        if j == keys.count || (i < merged.count && merged[i].lexicographicallyPrecedes(keys[j])) {
+          out.append(merged[i])
+          i += 1
+        } else if i == merged.count || keys[j].lexicographicallyPrecedes(merged[i]) {
+          out.append(keys[j])
+          j += 1
+        } else {
+          out.append(merged[i])
+          i += 1
+          j += 1
+        }
+      }
+      merged = out
+    }
+    return merged
+  }
+
   /// The keys of the records holding every one of `trigrams`, ascending.
   /// Reads the rarest trigram's postings first, then narrows with each of
   /// the others: by a lookup per candidate group while there are few, else
