@@ -110,6 +110,36 @@ import Testing
     }
   }
 
+  /// Where it answers, the Foundation-free test agrees with Foundation's
+  /// `localizedStandardContains` both ways.
+  @Test func theFoundationFreeContainsAgreesWithFoundation() {
+    let seed = testSeed()
+    var rng = SplitMix64(seed: seed)
+    func pick<T>(_ a: [T]) -> T { a[Int(rng.next() % UInt64(a.count))] }
+    let marks = (UInt32(0x300)..<0x370).compactMap(Unicode.Scalar.init).map { Character($0) }
+    let letters = Self.servable + marks
+    var answered = 0
+    var found = 0
+    for _ in 0..<(runningUnderTSan ? 20_000 : 200_000) {
+      var h = String((0..<Int(rng.next() % 10)).map { _ in pick(letters) })
+      if rng.next() % 4 == 0 { h += pick(Self.strange) }
+      var n: String
+      if rng.next() % 2 == 0, !h.isEmpty {
+        let c = Array(h)
+        let a = Int(rng.next() % UInt64(c.count))
+        n = String(c[a..<min(c.count, a + 3 + Int(rng.next() % 3))])
+        if rng.next() % 2 == 0 { n = n.uppercased() }
+      } else {
+        n = String((0..<(3 + Int(rng.next() % 3))).map { _ in pick(Self.servable) })
+      }
+      guard let mine = TextFolding.localizedContains(h, n) else { continue }
+      answered += 1
+      if mine { found += 1 }
+      #expect(mine == h.localizedStandardContains(n), "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
+    }
+    #expect(answered > 20_000 / 10 && found > answered / 20, "seed \(seed): \(answered) answered, \(found) found")
+  }
+
   @Test func whatTheIndexDoesNotServe() {
     #expect(TextFolding.servable("Garden") == nil)
     #expect(TextFolding.servable("Crème brûlée") == nil)

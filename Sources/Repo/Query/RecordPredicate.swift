@@ -416,13 +416,9 @@ func byteLocalizedContains(_ haystack: ByteValue, _ needle: ByteValue) -> Bool? 
   guard case .bytes(let h) = haystack, case .bytes(let n) = needle else { return nil }
   guard isPlainASCII(h), isPlainASCII(n) else {
     let (hs, ns) = (string(h), string(n))
-    // A term a text index serves is never found by Foundation where its
-    // folding is not in the text's folding (TextFoldingTests): that cheap
-    // test rules out most texts without Foundation's search.
-    if TextFolding.servable(ns) == nil, !TextFolding.utf8Contains(TextFolding.fold(hs), TextFolding.fold(ns)) {
-      return false
-    }
-    return hs.localizedStandardContains(ns)
+    // Latin text and a term a text index serves: decided by their
+    // foldings, as Foundation decides (TextFoldingTests).
+    return TextFolding.localizedContains(hs, ns) ?? hs.localizedStandardContains(ns)
   }
   if n.count == 0 { return false }
   if n.count > h.count { return false }

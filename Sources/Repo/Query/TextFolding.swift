@@ -66,6 +66,19 @@ enum TextFolding {
     return String(scalars).lowercased()
   }
 
+  /// `haystack.localizedStandardContains(needle)` without Foundation, or
+  /// nil when it cannot say: for a needle an index serves and a haystack
+  /// of the same characters (ASCII printable, Latin letters that fold to
+  /// one, combining diacritics), the folded needle is in the folded
+  /// haystack exactly when Foundation finds it (tested both ways).
+  static func localizedContains(_ haystack: String, _ needle: String) -> Bool? {
+    guard servable(needle) == nil else { return nil }
+    for u in haystack.unicodeScalars where !isSafe(u) && !(u.value >= 0x300 && u.value < 0x370 && u.value != 0x345) {
+      return nil
+    }
+    return utf8Contains(fold(haystack), fold(needle))
+  }
+
   /// Whether `needle`'s UTF-8 occurs in `haystack`'s: implied by
   /// `haystack.contains(needle)`, at the cost of a byte search.
   static func utf8Contains(_ haystack: String, _ needle: String) -> Bool {
@@ -103,8 +116,18 @@ enum TextFolding {
   /// one ASCII letter or another such letter.
   static func isSafe(_ u: Unicode.Scalar) -> Bool {
     if u.value >= 0x20 && u.value < 0x7F { return true }
-    guard u.value >= 0xC0 && u.value <= 0x24F, u.properties.isAlphabetic else { return false }
-    let folded = fold(String(u)).unicodeScalars
+    guard u.value >= 0xC0 && u.value <= 0x24F else { return false }
+    return safeLatin[Int(u.value) - 0xC0]
+  }
+
+  /// ``isSafe(_:)`` for U+00C0–U+024F, worked out once.
+  private static let safeLatin: [Bool] = (UInt32(0xC0)...0x24F).map { v in
+    Unicode.Scalar(v).map(isSafeLatin) ?? false
+  }
+
+  private static func isSafeLatin(_ u: Unicode.Scalar) -> Bool {
+    guard u.properties.isAlphabetic else { return false }
+    let folded = foundationFold(String(u)).unicodeScalars
     guard folded.count == 1, let f = folded.first else { return false }
     return (f.value < 0x7F && f.properties.isAlphabetic) || (f.value >= 0xC0 && f.value <= 0x24F && f != u)
       || (f == u && u.properties.isLowercase)

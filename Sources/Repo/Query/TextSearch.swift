@@ -110,7 +110,11 @@ extension ModelAccess {
           // ASCII on both sides: a folded match is exactly
           // localizedStandardContains (as the byte-level filter has it).
           if !matched {
-            matched = asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 } ? c > 0 : field.localizedStandardContains(words[n].text)
+            matched =
+              asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 }
+              ? c > 0
+              : TextFolding.localizedContains(field, words[n].text)
+                ?? field.localizedStandardContains(words[n].text)
           }
         }
         guard matched else { continue }
@@ -123,9 +127,12 @@ extension ModelAccess {
       tfs.append(tf)
       lengths.append(folded.reduce(0) { $0 + $1.count })
     }
-    if everyRecord {
+    let total = Double(try reader.count(in: space.records))
+    if everyRecord || Double(candidates.count) * 8 > total {
+      // Every record, or so many that one pass beats a lookup each.
       try reader.cursor(in: space.records, range: .all).forEach { k, v in
-        try consider(Array(k), v)
+        let key = Array(k)
+        if everyRecord || candidates.contains(key) { try consider(key, v) }
         return true
       }
     } else {
@@ -134,7 +141,6 @@ extension ModelAccess {
       }
     }
     guard !matchedKeys.isEmpty else { return [] }
-    let total = Double(try reader.count(in: space.records))
     let idf = df.map { log(1 + (total - Double($0) + 0.5) / (Double($0) + 0.5)) }
     let averageLength = max(1, Double(lengths.reduce(0, +)) / Double(lengths.count))
     var scored: [(score: Double, index: Int)] = []
