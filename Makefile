@@ -16,20 +16,22 @@ bench-deps:
 	@scripts/ensure-packages.sh $(BENCH_PACKAGES)
 
 ## demo: build and run the README quick start, models, observing, schema
-## and relationships examples against fresh stores.
+## relationships and search examples against fresh stores.
 demo: deps
 	$(SWIFT) build -c release --product cairn-demo
 	$(SWIFT) build -c release --product cairn-models-demo
 	$(SWIFT) build -c release --product cairn-observe-demo
 	$(SWIFT) build -c release --product cairn-schema-demo
 	$(SWIFT) build -c release --product cairn-relationships-demo
+	$(SWIFT) build -c release --product cairn-search-demo
 	rm -rf /tmp/cairn-demo /tmp/cairn-models-demo /tmp/cairn-observe-demo /tmp/cairn-schema-demo \
-		/tmp/cairn-relationships-demo
+		/tmp/cairn-relationships-demo /tmp/cairn-search-demo
 	.build/release/cairn-demo /tmp/cairn-demo
 	.build/release/cairn-models-demo /tmp/cairn-models-demo
 	.build/release/cairn-observe-demo /tmp/cairn-observe-demo
 	.build/release/cairn-schema-demo /tmp/cairn-schema-demo
 	.build/release/cairn-relationships-demo /tmp/cairn-relationships-demo
+	.build/release/cairn-search-demo /tmp/cairn-search-demo
 
 ## test: the whole suite, then the benchmark harness end to end at 1/100
 ## size (no timing is asserted; it proves the harness works). The suite is

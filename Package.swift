@@ -46,6 +46,7 @@ let package = Package(
     .executableTarget(name: "cairn-observe-demo", dependencies: ["Repo"]),
     .executableTarget(name: "cairn-schema-demo", dependencies: ["Repo"]),
     .executableTarget(name: "cairn-relationships-demo", dependencies: ["Repo"]),
+    .executableTarget(name: "cairn-search-demo", dependencies: ["Repo"]),
     // Child process for the crash tests: commits numbered transactions and
     // reports each one on stdout until it is killed.
     .executableTarget(name: "cairn-crash-writer", dependencies: ["Engine", "EngineTestSupport"]),

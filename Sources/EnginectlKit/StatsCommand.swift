@@ -172,7 +172,8 @@ enum StatsCommand {
       }
     }
     for t in stats.textIndexes {
-      let ratio = t.recordBytes == 0 ? "" : String(format: " (%.2f× its records)", Double(t.bytes) / Double(t.recordBytes))
+      let ratio =
+        t.recordBytes == 0 ? "" : String(format: " (%.2f× its records)", Double(t.bytes) / Double(t.recordBytes))
       out.line(
         "  text index \(t.model).\(t.name) over \(t.fields.joined(separator: ", ")): "
           + "\(grouped(t.entries)) entries, \(grouped(t.bytes)) bytes\(ratio)")

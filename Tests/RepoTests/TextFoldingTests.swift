@@ -101,7 +101,8 @@ import Testing
   /// Foundation's folding of the whole string, marks and all.
   @Test func theLatinFastPathFoldsAsFoundationDoes() {
     var rng = SplitMix64(seed: testSeed())
-    let scalars = (UInt32(0x20)...0x24F).compactMap(Unicode.Scalar.init) + (UInt32(0x300)..<0x370).compactMap(Unicode.Scalar.init)
+    let scalars =
+      (UInt32(0x20)...0x24F).compactMap(Unicode.Scalar.init) + (UInt32(0x300)..<0x370).compactMap(Unicode.Scalar.init)
     for _ in 0..<(runningUnderTSan ? 500 : 20_000) {
       var v = String.UnicodeScalarView()
       for _ in 0..<Int(rng.next() % 12) { v.append(scalars[Int(rng.next() % UInt64(scalars.count))]) }

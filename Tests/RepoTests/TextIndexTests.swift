@@ -337,6 +337,7 @@ struct TextGenerator {
     #expect((texts.first?["bytes"] as? Int ?? 0) > 1000)
     #expect((texts.first?["recordBytes"] as? Int ?? 0) > 1000)
     let text = run(["stats", folder.path])
-    #expect(text.out.contains("text index TPost.search over \\TPost.title, \\TPost.body, \\TPost.subtitle"), "\(text.out)")
+    #expect(
+      text.out.contains("text index TPost.search over \\TPost.title, \\TPost.body, \\TPost.subtitle"), "\(text.out)")
   }
 }

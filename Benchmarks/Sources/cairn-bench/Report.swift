@@ -188,7 +188,9 @@ func svgChart(_ rows: [Row]) -> String {
   func x(_ r: Double) -> Double {
     Double(left) + (log10(max(r, 0.1)) - minLog) / (maxLog - minLog) * Double(width - left - 20)
   }
-  let colors = ["sqlite": "#4a7fb5", "fts5": "#6aa84f", "lmdb": "#d08a2c", "cairn-perkey": "#8a8a8a", "cairn-dynamic": "#8a8a8a"]
+  let colors = [
+    "sqlite": "#4a7fb5", "fts5": "#6aa84f", "lmdb": "#d08a2c", "cairn-perkey": "#8a8a8a", "cairn-dynamic": "#8a8a8a",
+  ]
   var svg = """
     <svg xmlns="http://www.w3.org/2000/svg" width="\(width)" height="\(height)" font-family="sans-serif" font-size="11">
     <text x="10" y="18" font-size="14">How many times better Cairn is (log scale; right of 1× = Cairn ahead)</text>

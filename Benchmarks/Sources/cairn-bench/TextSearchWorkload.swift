@@ -85,7 +85,8 @@ struct TextSearch: Workload {
     }
 
     func post(_ id: Int, _ rng: inout SplitMix64) -> Post {
-      Post(id: id, title: text(&rng, words: 4 + Int(rng.next() % 4)), body: text(&rng, words: 20 + Int(rng.next() % 10)))
+      Post(
+        id: id, title: text(&rng, words: 4 + Int(rng.next() % 4)), body: text(&rng, words: 20 + Int(rng.next() % 10)))
     }
 
     /// `count` search terms of `length` characters: a piece of a word
@@ -95,8 +96,9 @@ struct TextSearch: Workload {
       var rng = SplitMix64(seed: seed &+ UInt64(length))
       var out: [String] = []
       while out.count < count {
-        let w = Array(words[200 + Int(rng.next() % UInt64(words.count - 200))].folding(
-          options: .diacriticInsensitive, locale: nil))
+        let w = Array(
+          words[200 + Int(rng.next() % UInt64(words.count - 200))].folding(
+            options: .diacriticInsensitive, locale: nil))
         guard w.count >= length else { continue }
         let start = Int(rng.next() % UInt64(w.count - length + 1))
         out.append(String(w[start..<(start + length)]))
@@ -198,7 +200,8 @@ struct TextSearch: Workload {
     let db = try SQLiteSystem.open(folder + "/db.sqlite", durable: true)
     defer { sqlite3_close_v2(db) }
     func create(_ table: String) throws {
-      try SQLiteSystem.exec(db, "CREATE TABLE \(table)(id INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL)")
+      try SQLiteSystem.exec(
+        db, "CREATE TABLE \(table)(id INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL)")
       if fts {
         try SQLiteSystem.exec(
           db,
