@@ -223,6 +223,17 @@ struct TextGenerator {
       let expectedGone = try model.values.filter { try batch.evaluate($0) }
       #expect(deleted == expectedGone.count, "seed \(seed)")
       for p in expectedGone { model[p.id] = nil }
+      // A batch update through the text index, changing the indexed text.
+      let marker = gen.term(from: Array(model.values))
+      let suffix = gen.text(maxPieces: 2)
+      let change = #Predicate<TPost> { $0.title.localizedStandardContains(marker) }
+      let updated = try await posts.update(matching: change) { $0.body += suffix }
+      let expectedChanged = try model.values.filter { try change.evaluate($0) }
+      #expect(updated == expectedChanged.count, "seed \(seed)")
+      for var p in expectedChanged {
+        p.body += suffix
+        model[p.id] = p
+      }
 
       let all = Array(model.values)
       for _ in 0..<queriesPerRound {
