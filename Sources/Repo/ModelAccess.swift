@@ -836,7 +836,7 @@ extension ModelAccess {
   /// Moves the record with key `k` in every text index from the stored
   /// value `before` to `after` (nil: absent), as an undo restores it.
   func reindexTexts(_ k: [UInt8], before: [UInt8]?, after: [UInt8]?, _ tx: WriteTransaction) throws {
-    func trigrams(_ bytes: [UInt8]?, _ t: TextWriter) throws -> [[UInt8]] {
+    func trigrams(_ bytes: [UInt8]?, _ t: TextWriter) throws -> [Trigram] {
       guard let bytes else { return [] }
       let model = try decode(bytes, key: k)
       return withUnsafePointer(to: model) { t.trigrams(UnsafeRawPointer($0)) }

@@ -92,8 +92,8 @@ import Testing
       #expect(TextFolding.fold(s) == TextFolding.foundationFold(s), "\(s.debugDescription)")
       let f = TextFolding.fold(s)
       #expect(
-        TextFolding.sortedTrigrams([f]) == TextFolding.trigrams(f).sorted { $0.lexicographicallyPrecedes($1) },
-        "\(s.debugDescription)")
+        TextFolding.positionedTrigrams([f]).map(\.bytes)
+          == TextFolding.trigrams(f).sorted { $0.lexicographicallyPrecedes($1) }, "\(s.debugDescription)")
     }
   }
 
@@ -139,6 +139,25 @@ import Testing
       #expect(mine == h.localizedStandardContains(n), "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
     }
     #expect(answered > 20_000 / 10 && found > answered / 20, "seed \(seed): \(answered) answered, \(found) found")
+  }
+
+  /// Each trigram's positions (mod 8), ASCII or not, as counted by hand.
+  @Test func trigramsKnowWhereTheyStart() {
+    var rng = SplitMix64(seed: testSeed())
+    let pieces = ["ab", "c", "é", "ab", "x", "日本", "abc"]
+    for _ in 0..<2_000 {
+      let f = TextFolding.fold((0..<Int(rng.next() % 12)).map { _ in pieces[Int(rng.next() % 7)] }.joined())
+      let scalars = Array(f.unicodeScalars)
+      var expected: [[UInt8]: UInt8] = [:]
+      if scalars.count >= 3 {
+        for i in 0...(scalars.count - 3) {
+          expected[Array(String(String.UnicodeScalarView(scalars[i..<(i + 3)])).utf8), default: 0] |= 1 << (i % 8)
+        }
+      }
+      let got = TextFolding.positionedTrigrams([f])
+      #expect(Dictionary(uniqueKeysWithValues: got.map { ($0.bytes, $0.positions) }) == expected, "\(f.debugDescription)")
+      #expect(got.map(\.bytes) == got.map(\.bytes).sorted { $0.lexicographicallyPrecedes($1) })
+    }
   }
 
   @Test func whatTheIndexDoesNotServe() {

@@ -13,10 +13,11 @@ struct Plan<M>: CustomStringConvertible {
     /// The records each plan reads, each record once (an `||` of
     /// conditions indexes serve, or `!=` as the ranges either side).
     indirect case union([Plan<M>])
-    /// A text index: the records holding every trigram of one of the
-    /// `alternatives` (each the trigrams of the folded terms of one `||`
-    /// branch, or of the whole predicate), in key order, each then read.
-    case text(ModelSpace<M>.ResolvedIndex<M>, alternatives: [[[UInt8]]], terms: [String], reverse: Bool)
+    /// A text index: the records matching one of the `alternatives` (each
+    /// the folded terms of one `||` branch, or of the whole predicate: a
+    /// record holding every trigram of each term, at positions that agree
+    /// with one start), in key order, each then read.
+    case text(ModelSpace<M>.ResolvedIndex<M>, alternatives: [[TermTrigrams]], terms: [String], reverse: Bool)
   }
 
   var access: Access
@@ -51,7 +52,7 @@ struct Plan<M>: CustomStringConvertible {
     case .text(let i, let alternatives, let terms, let reverse):
       let what =
         alternatives.count == 1
-        ? "records holding all \(alternatives[0].count) trigrams of the folded text"
+        ? "records holding all \(alternatives[0].reduce(0) { $0 + $1.trigrams.count }) trigrams of the folded text"
         : "records holding all the trigrams of one of \(alternatives.count) alternatives, each once"
       how =
         "text index \(i.keyspace) for " + terms.map { "\"\($0)\"" }.joined(separator: ", ") + " (\(what))"
@@ -534,25 +535,25 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
   private func text(_ i: Int) -> Candidate<M>? {
     let resolved = space.indexes[i]
     guard resolved.index.isText else { return nil }
-    var trigrams = Set<[UInt8]>()
+    var lookups: [TermTrigrams] = []
     var terms: [String] = []
     for t in analysis.texts
     where resolved.index.keyPaths.contains(t.keyPath) && TextFolding.servable(t.term) == nil {
-      trigrams.formUnion(TextFolding.trigrams(TextFolding.fold(t.term)))
+      let lookup = TermTrigrams(folded: TextFolding.fold(t.term))
+      if !lookups.contains(lookup) { lookups.append(lookup) }
       terms.append(t.term)
     }
-    guard !trigrams.isEmpty else { return nil }
-    let sorted = trigrams.sorted { $0.lexicographicallyPrecedes($1) }
+    guard !lookups.isEmpty else { return nil }
     // Each entry holds up to 256 records (keys alike but for the last
     // byte): the rarest trigram's entries, a few records each, bound it.
     var fewest = total
-    for t in sorted {
+    for t in lookups.flatMap(\.trigrams) {
       if let n = TextPostings.groups(t, keyspace: resolved.keyspace, count) { fewest = min(fewest, n) }
     }
     let rows = min(total, fewest * 4)
     let ordered = idOrdered
     let plan = Plan<M>(
-      access: .text(resolved, alternatives: [sorted], terms: terms, reverse: ordered && sortReverse), ordered: ordered,
+      access: .text(resolved, alternatives: [lookups], terms: terms, reverse: ordered && sortReverse), ordered: ordered,
       exact: false, used: [])
     return Candidate(
       cost: cost(rows: ordered ? min(rows, limit ?? rows) : rows, ordered: ordered), plan: plan, choice: .text(i),
@@ -587,7 +588,7 @@ struct Planning<M: Identifiable> where M.ID: Encodable {
         return false
       })
     {
-      var alternatives: [[[UInt8]]] = []
+      var alternatives: [[TermTrigrams]] = []
       var terms: [String] = []
       for p in parts {
         guard case .text(_, let a, let t, _) = p.access else { continue }

@@ -133,39 +133,57 @@ enum TextFolding {
       || (f == u && u.properties.isLowercase)
   }
 
-  /// Adds the trigrams of the folded string to `ascii` (an ASCII string's,
-  /// each as its three bytes in one number, big-endian) or `other`.
-  static func collectTrigrams(_ folded: String, ascii: inout [UInt32], other: inout Set<[UInt8]>) {
-    var folded = folded
-    let done = folded.withUTF8 { bytes -> Bool in
-      guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
-      guard bytes.count >= 3 else { return true }
-      var code = UInt32(bytes[0]) << 8 | UInt32(bytes[1])
-      for i in 2..<bytes.count {
-        code = (code << 8 | UInt32(bytes[i])) & 0xFF_FFFF
-        ascii.append(code)
-      }
-      return true
-    }
-    if !done { other.formUnion(trigrams(folded)) }
-  }
-
-  /// The distinct trigrams of folded texts, sorted, as their bytes.
-  static func sortedTrigrams(_ folded: some Sequence<String>) -> [[UInt8]] {
+  /// The distinct trigrams of folded texts (each on its own), sorted by
+  /// their bytes, each with the positions it starts at (bit `p % 8` for
+  /// scalar position `p` in its text; several texts' positions are ORed).
+  static func positionedTrigrams(_ folded: some Sequence<String>) -> [Trigram] {
+    // ASCII trigrams packed with one position bit: code << 8 | bit.
     var ascii: [UInt32] = []
-    var other = Set<[UInt8]>()
-    for f in folded { collectTrigrams(f, ascii: &ascii, other: &other) }
+    var other: [[UInt8]: UInt8] = [:]
+    for f in folded {
+      var f = f
+      let isASCII = f.withUTF8 { bytes -> Bool in
+        guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
+        guard bytes.count >= 3 else { return true }
+        var code = UInt32(bytes[0]) << 8 | UInt32(bytes[1])
+        for i in 2..<bytes.count {
+          code = (code << 8 | UInt32(bytes[i])) & 0xFF_FFFF
+          ascii.append(code << 8 | UInt32(1) << UInt32((i - 2) & 7))
+        }
+        return true
+      }
+      guard !isASCII else { continue }
+      let scalars = Array(f.unicodeScalars)
+      guard scalars.count >= 3 else { continue }
+      for i in 0...(scalars.count - 3) {
+        let bit = UInt8(1) << UInt8(i & 7)
+        if scalars[i].isASCII && scalars[i + 1].isASCII && scalars[i + 2].isASCII {
+          let code = scalars[i].value << 16 | scalars[i + 1].value << 8 | scalars[i + 2].value
+          ascii.append(code << 8 | UInt32(bit))
+        } else {
+          var bytes: [UInt8] = []
+          for u in scalars[i..<(i + 3)] { bytes.append(contentsOf: String(u).utf8) }
+          other[bytes, default: 0] |= bit
+        }
+      }
+    }
     ascii.sort()
-    var out: [[UInt8]] = []
-    out.reserveCapacity(ascii.count + other.count)
-    var last: UInt32 = .max
-    for c in ascii where c != last {
-      last = c
-      out.append([UInt8(c >> 16), UInt8(c >> 8 & 0xFF), UInt8(c & 0xFF)])
+    var out: [Trigram] = []
+    out.reserveCapacity(ascii.count / 2 + other.count)
+    var i = 0
+    while i < ascii.count {
+      let code = ascii[i] >> 8
+      var positions = UInt8(ascii[i] & 0xFF)
+      i += 1
+      while i < ascii.count && ascii[i] >> 8 == code {
+        positions |= UInt8(ascii[i] & 0xFF)
+        i += 1
+      }
+      out.append(Trigram(bytes: [UInt8(code >> 16), UInt8(code >> 8 & 0xFF), UInt8(code & 0xFF)], positions: positions))
     }
     if !other.isEmpty {
-      out.append(contentsOf: other.subtracting(out))
-      out.sort { $0.lexicographicallyPrecedes($1) }
+      out.append(contentsOf: other.map { Trigram(bytes: $0.key, positions: $0.value) })
+      out.sort { $0.bytes.lexicographicallyPrecedes($1.bytes) }
     }
     return out
   }

@@ -12,78 +12,106 @@ struct TextWriter {
   let fields: [(UnsafeRawPointer) -> String?]
 
   /// The distinct trigrams of the model's fields, each field folded on its
-  /// own (a trigram never spans two fields), sorted.
-  func trigrams(_ model: UnsafeRawPointer) -> [[UInt8]] {
-    TextFolding.sortedTrigrams(fields.lazy.compactMap { $0(model) }.map(TextFolding.fold))
+  /// own (a trigram never spans two fields), sorted, with the positions
+  /// each occurs at.
+  func trigrams(_ model: UnsafeRawPointer) -> [Trigram] {
+    TextFolding.positionedTrigrams(fields.lazy.compactMap { $0(model) }.map(TextFolding.fold))
   }
 }
 
-/// A set of up to 256 members (the last byte of record keys that share
-/// everything before it), as four words.
-struct MemberSet: Equatable {
-  var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+/// A trigram of a record's folded text, and where it occurs: bit `p % 8`
+/// of `positions` is set for each scalar position `p` it starts at.
+struct Trigram: Equatable {
+  var bytes: [UInt8]
+  var positions: UInt8
+}
 
-  static func == (a: MemberSet, b: MemberSet) -> Bool { a.words == b.words }
+/// A term as a text index looks it up: each distinct trigram of the
+/// folded term, sorted, with the offsets it starts at in the term.
+struct TermTrigrams: Hashable {
+  var trigrams: [[UInt8]]
+  var offsets: [[Int]]
 
-  var isEmpty: Bool { words == (0, 0, 0, 0) }
-
-  var count: Int {
-    words.0.nonzeroBitCount + words.1.nonzeroBitCount + words.2.nonzeroBitCount + words.3.nonzeroBitCount
-  }
-
-  func contains(_ b: UInt8) -> Bool { word(Int(b) >> 6) & (1 << UInt64(b & 63)) != 0 }
-
-  mutating func insert(_ b: UInt8) { setWord(Int(b) >> 6, word(Int(b) >> 6) | (1 << UInt64(b & 63))) }
-
-  mutating func remove(_ b: UInt8) { setWord(Int(b) >> 6, word(Int(b) >> 6) & ~(1 << UInt64(b & 63))) }
-
-  func union(_ o: MemberSet) -> MemberSet {
-    MemberSet(words: (words.0 | o.words.0, words.1 | o.words.1, words.2 | o.words.2, words.3 | o.words.3))
-  }
-
-  func intersection(_ o: MemberSet) -> MemberSet {
-    MemberSet(words: (words.0 & o.words.0, words.1 & o.words.1, words.2 & o.words.2, words.3 & o.words.3))
-  }
-
-  /// The members in ascending order.
-  func forEach(_ body: (UInt8) throws -> Void) rethrows {
-    for w in 0..<4 {
-      var bits = word(w)
-      while bits != 0 {
-        let b = bits.trailingZeroBitCount
-        try body(UInt8(w * 64 + b))
-        bits &= bits - 1
+  init(folded: String) {
+    let scalars = Array(folded.unicodeScalars)
+    var at: [[UInt8]: [Int]] = [:]
+    if scalars.count >= 3 {
+      for i in 0...(scalars.count - 3) {
+        var bytes: [UInt8] = []
+        for u in scalars[i..<(i + 3)] { bytes.append(contentsOf: String(u).utf8) }
+        at[bytes, default: []].append(i)
       }
     }
+    let sorted = at.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+    trigrams = sorted.map(\.key)
+    offsets = sorted.map(\.value)
   }
 
-  private func word(_ i: Int) -> UInt64 {
-    switch i {
-    case 0: words.0
-    case 1: words.1
-    case 2: words.2
-    default: words.3
+  /// The start positions (mod 8) a match may have, given where trigram
+  /// `i` occurs in a record: bit `r` survives when the trigram occurs at
+  /// `r + offset` (mod 8) for each of its offsets in the term.
+  @inline(__always)
+  func starts(_ i: Int, _ positions: UInt8) -> UInt8 {
+    var acc: UInt8 = 0xFF
+    for o in offsets[i] {
+      let s = UInt8(o & 7)
+      acc &= s == 0 ? positions : (positions >> s) | (positions << (8 - s))
+    }
+    return acc
+  }
+}
+
+/// One entry's records: the last bytes of their keys, ascending, each with
+/// the positions (mod 8) the trigram occurs at in it.
+struct Postings: Equatable {
+  var members: [UInt8] = []
+  var positions: [UInt8] = []
+
+  var isEmpty: Bool { members.isEmpty }
+
+  private func find(_ m: UInt8) -> (index: Int, found: Bool) {
+    var lo = 0
+    var hi = members.count
+    while lo < hi {
+      let mid = (lo + hi) / 2
+      if members[mid] < m { lo = mid + 1 } else { hi = mid }
+    }
+    return (lo, lo < members.count && members[lo] == m)
+  }
+
+  /// Sets member `m`'s positions (adding it if absent).
+  mutating func set(_ m: UInt8, _ p: UInt8) {
+    let (i, found) = find(m)
+    if found {
+      positions[i] = p
+    } else {
+      members.insert(m, at: i)
+      positions.insert(p, at: i)
     }
   }
 
-  private mutating func setWord(_ i: Int, _ v: UInt64) {
-    switch i {
-    case 0: words.0 = v
-    case 1: words.1 = v
-    case 2: words.2 = v
-    default: words.3 = v
-    }
+  mutating func remove(_ m: UInt8) {
+    let (i, found) = find(m)
+    guard found else { return }
+    members.remove(at: i)
+    positions.remove(at: i)
+  }
+
+  func positions(of m: UInt8) -> UInt8? {
+    let (i, found) = find(m)
+    return found ? positions[i] : nil
   }
 }
 
 /// The postings of a text index (FORMAT.md §9.1): for each trigram, the
-/// records whose indexed text holds it. Records whose keys differ only in
-/// the last byte share one entry — key: the trigram's length (one byte),
-/// the trigram's UTF-8, the record key without its last byte; value: the
-/// last bytes present, as a sorted list of 1 to 31 bytes, or as a 32-byte
-/// bitmap once there are 32 or more. Ids that are consecutive integers
-/// (the common case) put up to 256 records in one entry: a posting costs
-/// about one byte, not a key.
+/// records whose indexed text holds it and where. Records whose keys differ
+/// only in the last byte share one entry — key: the trigram's length (one
+/// byte), the trigram's UTF-8, the record key without its last byte; value:
+/// the number of members less one, the members (the last bytes present) as
+/// a sorted list when fewer than 32, else as a 32-byte bitmap, then one
+/// byte per member in order: bit `p % 8` set for each position `p` the
+/// trigram starts at. Ids that are consecutive integers (the common case)
+/// put up to 256 records in one entry.
 enum TextPostings {
   /// Where the postings of `trigram` start: its length, then its bytes.
   static func prefix(_ trigram: [UInt8]) -> [UInt8] {
@@ -92,80 +120,117 @@ enum TextPostings {
     return p
   }
 
-  static func decode(_ value: UnsafeRawBufferPointer) -> MemberSet {
-    var set = MemberSet()
-    if value.count == 32 {
-      for i in 0..<32 {
-        let byte = value[i]
-        guard byte != 0 else { continue }
-        for bit in 0..<8 where byte & (1 << bit) != 0 { set.insert(UInt8(i * 8 + bit)) }
+  /// The postings a value holds, or nil if it is not a well-formed value.
+  static func decode(_ v: UnsafeRawBufferPointer) -> Postings? {
+    guard let first = v.first else { return nil }
+    let n = Int(first) + 1
+    var out = Postings()
+    out.members.reserveCapacity(n)
+    if n < 32 {
+      guard v.count == 1 + 2 * n else { return nil }
+      for i in 1...n {
+        guard i == 1 || v[i] > v[i - 1] else { return nil }
+        out.members.append(v[i])
       }
     } else {
-      for b in value { set.insert(b) }
+      guard v.count == 1 + 32 + n else { return nil }
+      for i in 0..<32 {
+        let byte = v[1 + i]
+        guard byte != 0 else { continue }
+        for bit in 0..<8 where byte & (1 << bit) != 0 { out.members.append(UInt8(i * 8 + bit)) }
+      }
+      guard out.members.count == n else { return nil }
     }
-    return set
-  }
-
-  static func encode(_ set: MemberSet) -> [UInt8] {
-    let n = set.count
-    var out: [UInt8]
-    if n >= 32 {
-      out = [UInt8](repeating: 0, count: 32)
-      set.forEach { out[Int($0) >> 3] |= 1 << ($0 & 7) }
-    } else {
-      out = []
-      out.reserveCapacity(n)
-      set.forEach { out.append($0) }
-    }
+    out.positions = Array(v[(v.count - n)...])
     return out
   }
 
-  /// Adds record `key` under each of `trigrams`, or removes it.
-  static func apply(
-    _ trigrams: some Sequence<[UInt8]>, key: [UInt8], adding: Bool, keyspace: String, _ tx: WriteTransaction
-  ) throws {
+  static func encode(_ p: Postings) -> [UInt8] {
+    let n = p.members.count
+    var out: [UInt8] = [UInt8(n - 1)]
+    out.reserveCapacity(1 + min(n, 32) + n)
+    if n < 32 {
+      out.append(contentsOf: p.members)
+    } else {
+      var bitmap = [UInt8](repeating: 0, count: 32)
+      for m in p.members { bitmap[Int(m) >> 3] |= 1 << (m & 7) }
+      out.append(contentsOf: bitmap)
+    }
+    out.append(contentsOf: p.positions)
+    return out
+  }
+
+  /// The postings stored under `entry`, none if absent; a damaged value
+  /// is a typed error.
+  static func read(_ entry: [UInt8], in keyspace: String, _ reader: some KeyValueReader) throws -> Postings? {
+    var result: Postings?
+    var damaged = false
+    _ = try reader.visitValue(for: entry, in: keyspace) { v in
+      result = decode(v)
+      damaged = result == nil
+    }
+    if damaged { throw damage(keyspace) }
+    return result
+  }
+
+  static func damage(_ keyspace: String) -> RepoError {
+    RepoError(.decoding, "a text index entry in \(keyspace) is not well formed", model: keyspace)
+  }
+
+  /// The entry key of `trigram` for records whose keys start with `group`.
+  @inline(__always)
+  static func entry(_ trigram: [UInt8], _ group: ArraySlice<UInt8>, into e: inout [UInt8]) {
+    e.removeAll(keepingCapacity: true)
+    e.append(UInt8(trigram.count))
+    e.append(contentsOf: trigram)
+    e.append(contentsOf: group)
+  }
+
+  /// Adds record `key` under each of `trigrams` (with its positions), or
+  /// removes it.
+  static func apply(_ trigrams: [Trigram], key: [UInt8], adding: Bool, keyspace: String, _ tx: WriteTransaction)
+    throws
+  {
     guard let member = key.last else { return }
     let group = key.dropLast()
-    var entry: [UInt8] = []
+    var e: [UInt8] = []
     for t in trigrams {
-      entry.removeAll(keepingCapacity: true)
-      entry.append(UInt8(t.count))
-      entry.append(contentsOf: t)
-      entry.append(contentsOf: group)
-      var set = try tx.withValue(for: entry, in: keyspace) { decode($0) } ?? MemberSet()
+      entry(t.bytes, group, into: &e)
+      var p = try read(e, in: keyspace, tx) ?? Postings()
       if adding {
-        guard !set.contains(member) else { continue }
-        set.insert(member)
-        try tx.put(entry, encode(set), in: keyspace)
+        guard p.positions(of: member) != t.positions else { continue }
+        p.set(member, t.positions)
+        try tx.put(e, encode(p), in: keyspace)
       } else {
-        guard set.contains(member) else { continue }
-        set.remove(member)
-        if set.isEmpty { try tx.delete(entry, in: keyspace) } else { try tx.put(entry, encode(set), in: keyspace) }
+        guard p.positions(of: member) != nil else { continue }
+        p.remove(member)
+        if p.isEmpty { try tx.delete(e, in: keyspace) } else { try tx.put(e, encode(p), in: keyspace) }
       }
     }
   }
 
   /// Moves record `key` from the trigrams of `old` to those of `new` (both
   /// sorted): only the difference is written.
-  static func replace(old: [[UInt8]], new: [[UInt8]], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
-    var gone: [[UInt8]] = []
-    var added: [[UInt8]] = []
+  static func replace(old: [Trigram], new: [Trigram], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
+    var gone: [Trigram] = []
+    var set: [Trigram] = []
     var i = 0
     var j = 0
     while i < old.count || j < new.count {
-      if j == new.count || (i < old.count && old[i].lexicographicallyPrecedes(new[j])) {
+      if j == new.count || (i < old.count && old[i].bytes.lexicographicallyPrecedes(new[j].bytes)) {
         gone.append(old[i])
         i += 1
-      } else if i == old.count || new[j].lexicographicallyPrecedes(old[i]) {
-        added.append(new[j])
+      } else if i == old.count || new[j].bytes.lexicographicallyPrecedes(old[i].bytes) {
+        set.append(new[j])
         j += 1
       } else {
+        if old[i].positions != new[j].positions { set.append(new[j]) }
         i += 1
         j += 1
       }
     }
     try apply(gone, key: key, adding: false, keyspace: keyspace, tx)
-    try apply(added, key: key, adding: true, keyspace: keyspace, tx)
+    try apply(set, key: key, adding: true, keyspace: keyspace, tx)
   }
 
   /// How many entries (groups of records) `trigram` has: O(log n).
@@ -173,74 +238,117 @@ enum TextPostings {
     count(keyspace, .prefix(prefix(trigram)))
   }
 
-  /// The keys of the records holding every trigram of at least one of
-  /// `alternatives`, ascending, each once.
-  static func candidates(anyOf alternatives: [[[UInt8]]], keyspace: String, _ reader: some KeyValueReader) throws
-    -> [[UInt8]]
+  /// The keys of the records matching at least one of `alternatives` (each
+  /// a list of terms, all of which must match), ascending, each once.
+  static func candidates(anyOf alternatives: [[TermTrigrams]], keyspace: String, _ reader: some KeyValueReader)
+    throws -> [[UInt8]]
   {
     var merged: [[UInt8]] = []
-    for a in alternatives {
-      let keys = try candidates(a, keyspace: keyspace, reader)
-      if merged.isEmpty {
-        merged = keys
-        continue
+    for (n, alternative) in alternatives.enumerated() {
+      var keys: [[UInt8]] = []
+      for (m, term) in alternative.enumerated() {
+        let mine = try candidates(term, keyspace: keyspace, reader)
+        keys = m == 0 ? mine : intersect(keys, mine)
+        if keys.isEmpty { break }
       }
-      var out: [[UInt8]] = []
-      out.reserveCapacity(merged.count + keys.count)
-      var i = 0
-      var j = 0
-      while i < merged.count || j < keys.count {
-        if j == keys.count || (i < merged.count && merged[i].lexicographicallyPrecedes(keys[j])) {
-          out.append(merged[i])
-          i += 1
-        } else if i == merged.count || keys[j].lexicographicallyPrecedes(merged[i]) {
-          out.append(keys[j])
-          j += 1
-        } else {
-          out.append(merged[i])
-          i += 1
-          j += 1
-        }
-      }
-      merged = out
+      merged = n == 0 ? keys : unite(merged, keys)
     }
     return merged
   }
 
-  /// The keys of the records holding every one of `trigrams`, ascending.
-  /// Reads the rarest trigram's postings first, then narrows with each of
-  /// the others: by a lookup per candidate group while there are few, else
-  /// by one pass over its postings.
-  static func candidates(_ trigrams: [[UInt8]], keyspace: String, _ reader: some KeyValueReader) throws -> [[UInt8]] {
-    guard !trigrams.isEmpty else { return [] }
-    var sized: [(trigram: [UInt8], groups: UInt64)] = []
-    for t in trigrams {
+  private static func intersect(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
+    var out: [[UInt8]] = []
+    var i = 0
+    var j = 0
+    while i < a.count && j < b.count {
+      if a[i].lexicographicallyPrecedes(b[j]) {
+        i += 1
+      } else if b[j].lexicographicallyPrecedes(a[i]) {
+        j += 1
+      } else {
+        out.append(a[i])
+        i += 1
+        j += 1
+      }
+    }
+    return out
+  }
+
+  private static func unite(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
+    var out: [[UInt8]] = []
+    out.reserveCapacity(a.count + b.count)
+    var i = 0
+    var j = 0
+    while i < a.count || j < b.count {
+      if j == b.count || (i < a.count && a[i].lexicographicallyPrecedes(b[j])) {
+        out.append(a[i])
+        i += 1
+      } else if i == a.count || b[j].lexicographicallyPrecedes(a[i]) {
+        out.append(b[j])
+        j += 1
+      } else {
+        out.append(a[i])
+        i += 1
+        j += 1
+      }
+    }
+    return out
+  }
+
+  /// The keys of the records holding every trigram of `term` at positions
+  /// that agree (mod 8) with one start, ascending. Reads the rarest
+  /// trigram's postings first, then narrows with each of the others: by a
+  /// lookup per candidate group while there are few, else by one pass
+  /// over its postings.
+  static func candidates(_ term: TermTrigrams, keyspace: String, _ reader: some KeyValueReader) throws -> [[UInt8]] {
+    guard !term.trigrams.isEmpty else { return [] }
+    var sized: [(index: Int, groups: UInt64)] = []
+    for (i, t) in term.trigrams.enumerated() {
       let n = try reader.count(in: keyspace, range: .prefix(prefix(t)))
       if n == 0 { return [] }
-      sized.append((t, n))
+      sized.append((i, n))
     }
     sized.sort { $0.groups < $1.groups }
-    // Groups (record keys without their last byte) with their members.
+    // Groups (record keys without their last byte), each with its
+    // surviving members and their possible starts.
     var groups: [[UInt8]] = []
-    var members: [MemberSet] = []
-    let first = prefix(sized[0].trigram)
+    var members: [[(member: UInt8, starts: UInt8)]] = []
+    let firstIndex = sized[0].index
+    let first = prefix(term.trigrams[firstIndex])
     try reader.cursor(in: keyspace, range: .prefix(first)).forEach { k, v in
-      groups.append(Array(k[first.count...]))
-      members.append(decode(v))
+      guard let p = decode(v) else { throw damage(keyspace) }
+      var kept: [(UInt8, UInt8)] = []
+      for (m, pos) in zip(p.members, p.positions) {
+        let s = term.starts(firstIndex, pos)
+        if s != 0 { kept.append((m, s)) }
+      }
+      if !kept.isEmpty {
+        groups.append(Array(k[first.count...]))
+        members.append(kept)
+      }
       return true
     }
-    for (t, n) in sized.dropFirst() {
+    func narrow(_ kept: [(member: UInt8, starts: UInt8)], _ p: Postings, _ index: Int) -> [(member: UInt8, starts: UInt8)] {
+      var out: [(member: UInt8, starts: UInt8)] = []
+      for (m, s) in kept {
+        guard let pos = p.positions(of: m) else { continue }
+        let both = s & term.starts(index, pos)
+        if both != 0 { out.append((m, both)) }
+      }
+      return out
+    }
+    for (index, n) in sized.dropFirst() {
       if groups.isEmpty { break }
-      let p = prefix(t)
+      let p = prefix(term.trigrams[index])
       var keptGroups: [[UInt8]] = []
-      var keptMembers: [MemberSet] = []
+      var keptMembers: [[(member: UInt8, starts: UInt8)]] = []
       if UInt64(groups.count) * 8 < n {
-        var entry = p
+        var e = p
         for (g, m) in zip(groups, members) {
-          entry.removeSubrange(p.count...)
-          entry.append(contentsOf: g)
-          guard let other = try reader.withValue(for: entry, in: keyspace, { decode($0) }) else { continue }
-          let both = m.intersection(other)
+          e.removeSubrange(p.count...)
+          e.append(contentsOf: g)
+          guard let other = try read(e, in: keyspace, reader) else { continue }
+          let both = narrow(m, other, index)
           if !both.isEmpty {
             keptGroups.append(g)
             keptMembers.append(both)
@@ -254,7 +362,8 @@ enum TextPostings {
           while i < groups.count && groups[i].lexicographicallyPrecedes(g) { i += 1 }
           guard i < groups.count else { return false }
           if groups[i].elementsEqual(g) {
-            let both = members[i].intersection(decode(v))
+            guard let other = decode(v) else { throw damage(keyspace) }
+            let both = narrow(members[i], other, index)
             if !both.isEmpty {
               keptGroups.append(groups[i])
               keptMembers.append(both)
@@ -269,7 +378,7 @@ enum TextPostings {
     }
     var keys: [[UInt8]] = []
     for (g, m) in zip(groups, members) {
-      m.forEach { b in
+      for (b, _) in m {
         var k = g
         k.append(b)
         keys.append(k)
@@ -284,21 +393,19 @@ enum TextPostings {
 /// ids in sequence share entries (up to 256 each), so a batch of them
 /// writes a small fraction of the entries one by one would.
 final class TextPostingBuffer {
-  private var pending: [String: [[UInt8]: MemberSet]] = [:]
+  private var pending: [String: [[UInt8]: Postings]] = [:]
   private var postings = 0
   /// Postings held before they are written anyway, bounding the memory.
   static let limit = 2_000_000
 
-  func add(_ trigrams: [[UInt8]], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
+  func add(_ trigrams: [Trigram], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
     guard let member = key.last else { return }
     var entries = pending.removeValue(forKey: keyspace) ?? [:]
-    var entry: [UInt8] = []
+    var e: [UInt8] = []
+    let group = key.dropLast()
     for t in trigrams {
-      entry.removeAll(keepingCapacity: true)
-      entry.append(UInt8(t.count))
-      entry.append(contentsOf: t)
-      entry.append(contentsOf: key.dropLast())
-      entries[entry, default: MemberSet()].insert(member)
+      TextPostings.entry(t.bytes, group, into: &e)
+      entries[e, default: Postings()].set(member, t.positions)
     }
     pending[keyspace] = entries
     postings += trigrams.count
@@ -308,10 +415,11 @@ final class TextPostingBuffer {
   /// Writes what is gathered, each entry merged with what it holds.
   func flush(_ tx: WriteTransaction) throws {
     for (keyspace, entries) in pending {
-      for (entry, members) in entries.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
-        let old = try tx.withValue(for: entry, in: keyspace) { TextPostings.decode($0) } ?? MemberSet()
-        let union = old.union(members)
-        if union != old { try tx.put(entry, TextPostings.encode(union), in: keyspace) }
+      for (entry, new) in entries.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        var p = try TextPostings.read(entry, in: keyspace, tx) ?? Postings()
+        let before = p
+        for (m, pos) in zip(new.members, new.positions) { p.set(m, pos) }
+        if p != before { try tx.put(entry, TextPostings.encode(p), in: keyspace) }
       }
     }
     pending = [:]

@@ -85,8 +85,7 @@ extension ModelAccess {
         everyRecord = true
         break
       }
-      let trigrams = TextFolding.trigrams(w.folded).sorted { $0.lexicographicallyPrecedes($1) }
-      candidates.formUnion(try TextPostings.candidates(trigrams, keyspace: text.keyspace, reader))
+      candidates.formUnion(try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
     }
     let needles = words.map { Array($0.folded.utf8) }
     let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
