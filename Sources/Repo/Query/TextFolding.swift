@@ -34,26 +34,35 @@ enum TextFolding {
     }
     // Latin text: scalar by scalar from a table Foundation filled, when
     // every scalar is in it (the same result, tested).
-    var scalars = String.UnicodeScalarView()
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(s.utf8.count)
     for u in s.unicodeScalars {
       if u.value < 0x80 {
-        scalars.append(u.value &- 0x41 < 26 ? Unicode.Scalar(UInt8(u.value) | 0x20) : u)
+        let b = UInt8(u.value)
+        bytes.append(b &- 0x41 < 26 ? b | 0x20 : b)
       } else if u.value >= 0x300 && u.value < 0x370 && u.value != 0x345 {
         continue  // a combining diacritic: folded away (U+0345 folds to ι)
       } else if u.value >= 0xC0 && u.value <= 0x24F, let f = latin[Int(u.value) - 0xC0] {
-        scalars.append(f)
+        // Latin letters fold to scalars below U+0800: one or two bytes.
+        if f.value < 0x80 {
+          bytes.append(UInt8(f.value))
+        } else {
+          bytes.append(UInt8(0xC0 | f.value >> 6))
+          bytes.append(UInt8(0x80 | f.value & 0x3F))
+        }
       } else {
         return foundationFold(s)
       }
     }
-    return String(scalars)
+    return String(decoding: bytes, as: UTF8.self)
   }
 
   /// The folding of each scalar U+00C0–U+024F, where it is one scalar.
   private static let latin: [Unicode.Scalar?] = (UInt32(0xC0)...0x24F).map { v in
     guard let u = Unicode.Scalar(v) else { return nil }
     let f = foundationFold(String(u)).unicodeScalars
-    return f.count == 1 ? f.first : nil
+    guard f.count == 1, let only = f.first, only.value < 0x800 else { return nil }
+    return only
   }
 
   /// ``fold(_:)`` through Foundation, whatever the text.
