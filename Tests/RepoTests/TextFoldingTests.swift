@@ -155,7 +155,8 @@ import Testing
         }
       }
       let got = TextFolding.positionedTrigrams([f])
-      #expect(Dictionary(uniqueKeysWithValues: got.map { ($0.bytes, $0.positions) }) == expected, "\(f.debugDescription)")
+      #expect(
+        Dictionary(uniqueKeysWithValues: got.map { ($0.bytes, $0.positions) }) == expected, "\(f.debugDescription)")
       #expect(got.map(\.bytes) == got.map(\.bytes).sorted { $0.lexicographicallyPrecedes($1) })
     }
   }

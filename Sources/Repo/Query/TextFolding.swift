@@ -188,7 +188,8 @@ enum TextFolding {
         positions |= UInt8(ascii[i] & 0xFF)
         i += 1
       }
-      out.append(Trigram(bytes: [UInt8(code >> 16), UInt8(code >> 8 & 0xFF), UInt8(code & 0xFF)], positions: positions))
+      out.append(
+        Trigram(bytes: [UInt8(code >> 16), UInt8(code >> 8 & 0xFF), UInt8(code & 0xFF)], positions: positions))
     }
     if !other.isEmpty {
       out.append(contentsOf: other.map { Trigram(bytes: $0.key, positions: $0.value) })

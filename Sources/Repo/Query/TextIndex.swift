@@ -328,7 +328,9 @@ enum TextPostings {
       }
       return true
     }
-    func narrow(_ kept: [(member: UInt8, starts: UInt8)], _ p: Postings, _ index: Int) -> [(member: UInt8, starts: UInt8)] {
+    func narrow(_ kept: [(member: UInt8, starts: UInt8)], _ p: Postings, _ index: Int) -> [(
+      member: UInt8, starts: UInt8
+    )] {
       var out: [(member: UInt8, starts: UInt8)] = []
       for (m, s) in kept {
         guard let pos = p.positions(of: m) else { continue }
