@@ -237,6 +237,11 @@ where M.ID: Codable & Hashable & Sendable {
       // The records holding every trigram of an alternative, in key order.
       var keys = try TextPostings.candidates(anyOf: alternatives, keyspace: i.keyspace, reader)
       guard let first = keys.first, let last = keys.last else { return }
+      func missing(_ key: [UInt8]) -> RepoError {
+        RepoError(
+          .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
+          id: Self.describeKey(key))
+      }
       // Many candidates: one pass over their span of the records keyspace
       // reads leaf after leaf, cheaper than a descent per record.
       if !reverse, keys.count > 64, UInt64(keys.count) * 8 > (try reader.count(in: space.records)) {
@@ -245,17 +250,19 @@ where M.ID: Codable & Hashable & Sendable {
         var n = 0
         var read = 0
         defer { counters.recordsRead.add(read, ordering: .relaxed) }
+        var stopped = false
         try c.forEach { k, v in
-          while n < keys.count, compareKey(keys[n], k) < 0 {
-            throw RepoError(
-              .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
-              id: Self.describeKey(keys[n]))
-          }
-          guard n < keys.count, compareKey(keys[n], k) == 0 else { return true }
+          // Past the last candidate the record is not one: positive.
+          let order = n < keys.count ? keys[n].withUnsafeBytes { compareBytes($0, k) } : 1
+          if order < 0 { throw missing(keys[n]) }
+          guard order == 0 else { return true }
           n += 1
           read += 1
-          return try visit(k, v, nil)
+          if try visit(k, v, nil) { return true }
+          stopped = true
+          return false
         }
+        if !stopped, n < keys.count { throw missing(keys[n]) }
         return
       }
       if reverse { keys.reverse() }
@@ -265,11 +272,7 @@ where M.ID: Codable & Hashable & Sendable {
           counters.recordsRead.add(1, ordering: .relaxed)
           more = try k.withUnsafeBytes { try visit($0, v, nil) }
         }
-        guard found else {
-          throw RepoError(
-            .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
-            id: Self.describeKey(k))
-        }
+        guard found else { throw missing(k) }
         if !more { break }
       }
     case .index(let i, let range, let reverse):

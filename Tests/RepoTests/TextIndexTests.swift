@@ -324,6 +324,31 @@ struct TextGenerator {
     #expect(try Self.entries(store, "TPost#index:search") == Self.entries(fresh, "TPost#index:search"))
   }
 
+  @Test func anEntryNamingAMissingRecordIsDamageWhereverItSits() async throws {
+    // Many candidates take the one-pass merge over the records, few the
+    // lookup per record: a candidate without its record is damage in both,
+    // first, in the middle or last.
+    for (count, missing) in [(300, 0), (300, 150), (300, 299), (5, 4)] {
+      let store = try Store.inMemory(schema: Self.schema)
+      let posts = store.repository(TPost.self)
+      try await posts.insert(
+        contentsOf: (0..<count).map {
+          TPost(id: $0, title: "post \($0)", body: "common words here", subtitle: nil, category: 0)
+        })
+      let keys = try Self.entries(store, "TPost").keys.sorted { $0.lexicographicallyPrecedes($1) }
+      // Removed under the repository: its postings stay.
+      try store.writeNow { tx in _ = try tx.transaction.delete(keys[missing], in: "TPost") }
+      let p = #Predicate<TPost> { $0.body.localizedStandardContains("words") }
+      #expect(try posts.explain(FetchDescriptor(predicate: p)).contains("text index"))
+      do {
+        let found = try await posts.fetch(FetchDescriptor(predicate: p))
+        Issue.record("\(count) posts, missing \(missing): read \(found.count) without an error")
+      } catch let e as RepoError {
+        #expect("\(e)".contains("names a record that does not exist"), "\(e)")
+      }
+    }
+  }
+
   @Test func enginectlStatsReportsEachTextIndexSize() async throws {
     let folder = TempFolder()
     let store = try Store.open(at: folder.path, schema: Self.schema)

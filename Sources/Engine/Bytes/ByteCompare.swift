@@ -11,9 +11,10 @@
 ///
 /// Compares eight bytes at a time as big-endian words (so word order is byte
 /// order), then the tail byte by byte; keys are short, and a libc `memcmp`
-/// call costs more than the comparison itself.
-@inline(__always)
-func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+/// call costs more than the comparison itself. Returns a negative number,
+/// zero or a positive number as `a` sorts before, equal to or after `b`.
+@inlinable
+public func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
   let n = Swift.min(a.count, b.count)
   if n > 0 {
     // Safe: n > 0, so both base addresses exist, and every load stays below n.

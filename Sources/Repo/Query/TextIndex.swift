@@ -429,19 +429,6 @@ final class TextPostingBuffer {
   }
 }
 
-/// Compares a key with a lent one as the engine orders keys: bytewise,
-/// a prefix first.
-func compareKey(_ a: [UInt8], _ b: UnsafeRawBufferPointer) -> Int {
-  a.withUnsafeBytes { a in
-    let n = min(a.count, b.count)
-    if n > 0, let pa = a.baseAddress, let pb = b.baseAddress {
-      let c = memcmp(pa, pb, n)
-      if c != 0 { return c < 0 ? -1 : 1 }
-    }
-    return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
-  }
-}
-
 /// A term a text index is asked for: where it comes from in the predicate,
 /// and whether the index can serve it.
 struct TextCondition {
