@@ -29,6 +29,27 @@ import Testing
     return out
   }()
 
+  /// The distinct trigrams of a folded string, as UTF-8 bytes (three
+  /// consecutive scalars each), the slow obvious way: the reference the
+  /// index's packed trigrams are checked against.
+  static func trigrams(_ folded: String) -> Set<[UInt8]> {
+    let scalars = Array(folded.unicodeScalars)
+    guard scalars.count >= 3 else { return [] }
+    var out = Set<[UInt8]>()
+    for i in 0...(scalars.count - 3) {
+      out.insert(Array(String(String.UnicodeScalarView(scalars[i..<(i + 3)])).utf8))
+    }
+    return out
+  }
+
+  /// A random run of `length` characters cut from `text` (shorter at its
+  /// end), so that needles often match.
+  static func piece(of text: [Character], length: ClosedRange<Int>, _ rng: inout SplitMix64) -> String {
+    let a = Int(rng.next() % UInt64(text.count))
+    let n = length.lowerBound + Int(rng.next() % UInt64(length.count))
+    return String(text[a..<min(text.count, a + n)])
+  }
+
   @Test func aServedNeedleNeverLosesAMatch() {
     let seed = testSeed()
     var rng = SplitMix64(seed: seed)
@@ -43,9 +64,7 @@ import Testing
       if rng.next() % 2 == 0 {
         let f = Array(TextFolding.fold(h))
         guard !f.isEmpty else { continue }
-        let a = Int(rng.next() % UInt64(f.count))
-        let b = min(f.count, a + 1 + Int(rng.next() % 4))
-        n = String(f[a..<b])
+        n = Self.piece(of: f, length: 1...4, &rng)
       } else {
         n = String((0..<(1 + Int(rng.next() % 4))).map { _ in pick(Self.servable) })
       }
@@ -54,7 +73,7 @@ import Testing
       let (fh, fn) = (TextFolding.fold(h), TextFolding.fold(n))
       #expect(fh.contains(fn), "seed \(seed): \(h.debugDescription) contains \(n.debugDescription)")
       #expect(
-        TextFolding.trigrams(fn).isSubset(of: TextFolding.trigrams(fh)),
+        Self.trigrams(fn).isSubset(of: Self.trigrams(fh)),
         "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
     }
     #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
@@ -70,13 +89,11 @@ import Testing
     let rounds = runningUnderTSan ? 20_000 : 200_000
     for _ in 0..<rounds {
       let h = (0..<(1 + Int(rng.next() % 8))).map { _ in pick(Self.strange) }.joined()
-      let chars = Array(h)
-      let a = Int(rng.next() % UInt64(chars.count))
-      let n = String(chars[a..<min(chars.count, a + 1 + Int(rng.next() % 4))])
+      let n = Self.piece(of: Array(h), length: 1...4, &rng)
       guard n.unicodeScalars.allSatisfy(TextFolding.isSafe), h.contains(n) else { continue }
       matches += 1
       #expect(
-        TextFolding.trigrams(TextFolding.fold(n)).isSubset(of: TextFolding.trigrams(TextFolding.fold(h))),
+        Self.trigrams(TextFolding.fold(n)).isSubset(of: Self.trigrams(TextFolding.fold(h))),
         "seed \(seed): \(h.debugDescription) / \(n.debugDescription)")
     }
     #expect(matches > rounds / 20, "seed \(seed): only \(matches) matches")
@@ -93,7 +110,7 @@ import Testing
       let f = TextFolding.fold(s)
       #expect(
         TextFolding.positionedTrigrams([f]).map(\.bytes)
-          == TextFolding.trigrams(f).sorted { $0.lexicographicallyPrecedes($1) }, "\(s.debugDescription)")
+          == Self.trigrams(f).sorted { $0.lexicographicallyPrecedes($1) }, "\(s.debugDescription)")
     }
   }
 
@@ -126,9 +143,7 @@ import Testing
       if rng.next() % 4 == 0 { h += pick(Self.strange) }
       var n: String
       if rng.next() % 2 == 0, !h.isEmpty {
-        let c = Array(h)
-        let a = Int(rng.next() % UInt64(c.count))
-        n = String(c[a..<min(c.count, a + 3 + Int(rng.next() % 3))])
+        n = Self.piece(of: Array(h), length: 3...5, &rng)
         if rng.next() % 2 == 0 { n = n.uppercased() }
       } else {
         n = String((0..<(3 + Int(rng.next() % 3))).map { _ in pick(Self.servable) })
@@ -170,7 +185,7 @@ import Testing
     #expect(TextFolding.servable("\u{301}\u{301}\u{301}") != nil)
     #expect(TextFolding.servable("日本語") != nil)
     #expect(TextFolding.fold("Crème BRÛLÉE") == "creme brulee")
-    #expect(TextFolding.trigrams("abcd") == [Array("abc".utf8), Array("bcd".utf8)])
+    #expect(Self.trigrams("abcd") == [Array("abc".utf8), Array("bcd".utf8)])
     #expect(TextFolding.utf8Contains("aab", "ab") && TextFolding.utf8Contains("crème", "ème"))
     #expect(!TextFolding.utf8Contains("abc", "abd") && !TextFolding.utf8Contains("ab", "abc"))
   }

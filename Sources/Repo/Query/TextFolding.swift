@@ -197,18 +197,4 @@ enum TextFolding {
     }
     return out
   }
-
-  /// The distinct trigrams of a folded string, as UTF-8 bytes: three
-  /// consecutive Unicode scalars each.
-  static func trigrams(_ folded: String) -> Set<[UInt8]> {
-    let scalars = Array(folded.unicodeScalars)
-    guard scalars.count >= 3 else { return [] }
-    var out = Set<[UInt8]>()
-    for i in 0...(scalars.count - 3) {
-      var bytes: [UInt8] = []
-      for u in scalars[i..<(i + 3)] { bytes.append(contentsOf: String(u).utf8) }
-      out.insert(bytes)
-    }
-    return out
-  }
 }

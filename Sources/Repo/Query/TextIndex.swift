@@ -214,19 +214,11 @@ enum TextPostings {
   static func replace(old: [Trigram], new: [Trigram], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
     var gone: [Trigram] = []
     var set: [Trigram] = []
-    var i = 0
-    var j = 0
-    while i < old.count || j < new.count {
-      if j == new.count || (i < old.count && old[i].bytes.lexicographicallyPrecedes(new[j].bytes)) {
-        gone.append(old[i])
-        i += 1
-      } else if i == old.count || new[j].bytes.lexicographicallyPrecedes(old[i].bytes) {
-        set.append(new[j])
-        j += 1
-      } else {
-        if old[i].positions != new[j].positions { set.append(new[j]) }
-        i += 1
-        j += 1
+    walkSorted(old, new, key: \.bytes) {
+      switch $0 {
+      case .left(let t): gone.append(t)
+      case .right(let t): set.append(t)
+      case .both(let o, let n): if o.positions != n.positions { set.append(n) }
       }
     }
     try apply(gone, key: key, adding: false, keyspace: keyspace, tx)
@@ -258,38 +250,16 @@ enum TextPostings {
 
   private static func intersect(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
     var out: [[UInt8]] = []
-    var i = 0
-    var j = 0
-    while i < a.count && j < b.count {
-      if a[i].lexicographicallyPrecedes(b[j]) {
-        i += 1
-      } else if b[j].lexicographicallyPrecedes(a[i]) {
-        j += 1
-      } else {
-        out.append(a[i])
-        i += 1
-        j += 1
-      }
-    }
+    walkSorted(a, b, key: { $0 }) { if case .both(let k, _) = $0 { out.append(k) } }
     return out
   }
 
   private static func unite(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
     var out: [[UInt8]] = []
     out.reserveCapacity(a.count + b.count)
-    var i = 0
-    var j = 0
-    while i < a.count || j < b.count {
-      if j == b.count || (i < a.count && a[i].lexicographicallyPrecedes(b[j])) {
-        out.append(a[i])
-        i += 1
-      } else if i == a.count || b[j].lexicographicallyPrecedes(a[i]) {
-        out.append(b[j])
-        j += 1
-      } else {
-        out.append(a[i])
-        i += 1
-        j += 1
+    walkSorted(a, b, key: { $0 }) {
+      switch $0 {
+      case .left(let k), .right(let k), .both(let k, _): out.append(k)
       }
     }
     return out
@@ -426,6 +396,37 @@ final class TextPostingBuffer {
     }
     pending = [:]
     postings = 0
+  }
+}
+
+/// One step of walking two ascending lists in step.
+enum SortedStep<T> {
+  /// An element only the first list has.
+  case left(T)
+  /// An element only the second list has.
+  case right(T)
+  /// An element of each with equal keys.
+  case both(T, T)
+}
+
+/// Walks `a` and `b`, both ascending by `key` (bytewise) without
+/// repeats, in step: each element once, pairs of equal keys together.
+@inline(__always)
+func walkSorted<T>(_ a: [T], _ b: [T], key: (T) -> [UInt8], _ step: (SortedStep<T>) -> Void) {
+  var i = 0
+  var j = 0
+  while i < a.count || j < b.count {
+    if j == b.count || (i < a.count && key(a[i]).lexicographicallyPrecedes(key(b[j]))) {
+      step(.left(a[i]))
+      i += 1
+    } else if i == a.count || key(b[j]).lexicographicallyPrecedes(key(a[i])) {
+      step(.right(b[j]))
+      j += 1
+    } else {
+      step(.both(a[i], b[j]))
+      i += 1
+      j += 1
+    }
   }
 }
 
