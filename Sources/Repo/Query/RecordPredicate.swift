@@ -413,13 +413,46 @@ func byteLessOrEqual(_ a: ByteValue, _ b: ByteValue, kind: RecordField.Kind?) ->
 /// both are ASCII (without CR, whose pairing with LF makes one character),
 /// Foundation's own method otherwise.
 func byteLocalizedContains(_ haystack: ByteValue, _ needle: ByteValue) -> Bool? {
-  guard case .bytes(let h) = haystack, case .bytes(let n) = needle else { return nil }
-  guard isPlainASCII(h), isPlainASCII(n) else {
-    let (hs, ns) = (string(h), string(n))
-    // Latin text and a term a text index serves: decided by their
-    // foldings, as Foundation decides (TextFoldingTests).
-    return TextFolding.localizedContains(hs, ns) ?? hs.localizedStandardContains(ns)
+  guard case .bytes(let n) = needle else { return nil }
+  return LocalizedTerm(n).isIn(haystack)
+}
+
+/// The term of a `localizedStandardContains`, with what testing a
+/// haystack needs of it worked out once: for a constant term, once per
+/// compiled predicate rather than once per record.
+struct LocalizedTerm {
+  let bytes: UnsafeRawBufferPointer
+  let isASCII: Bool
+  let text: String
+  /// Its folding, when it is a term a text index serves (and so one
+  /// whose folding decides the test against Latin text).
+  let folded: String?
+
+  /// `bytes` must outlive the term.
+  init(_ bytes: UnsafeRawBufferPointer) {
+    self.bytes = bytes
+    isASCII = isPlainASCII(bytes)
+    text = string(bytes)
+    folded = TextFolding.servable(text) == nil ? TextFolding.fold(text) : nil
   }
+
+  /// Whether `haystack` (a string's UTF-8) contains the term as
+  /// `localizedStandardContains` says; nil when it is not a string.
+  func isIn(_ haystack: ByteValue) -> Bool? {
+    guard case .bytes(let h) = haystack else { return nil }
+    guard isASCII, isPlainASCII(h) else {
+      let hs = string(h)
+      // Latin text and a term a text index serves: decided by their
+      // foldings, as Foundation decides (TextFoldingTests).
+      if let folded, let found = TextFolding.localizedContains(hs, folded: folded) { return found }
+      return hs.localizedStandardContains(text)
+    }
+    return asciiFoldedContains(h, bytes)
+  }
+}
+
+/// Whether ASCII `h` contains ASCII `n`, letters matching either case.
+private func asciiFoldedContains(_ h: UnsafeRawBufferPointer, _ n: UnsafeRawBufferPointer) -> Bool {
   if n.count == 0 { return false }
   if n.count > h.count { return false }
   @inline(__always) func lower(_ c: UInt8) -> UInt8 { c &- 0x41 < 26 ? c | 0x20 : c }
@@ -642,6 +675,12 @@ extension PredicateExpressions.ForcedUnwrap: ByteCompilable {
 extension PredicateExpressions.StringLocalizedStandardContains: ByteCompilable {
   func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
     guard let o = Operands(Repo.byteCompile(root, c), Repo.byteCompile(other, c), c) else { return nil }
+    // A field searched for a constant term (the usual shape): the term
+    // prepared once.
+    if let field = o.field, o.fieldOnLeft, case .bytes(let n)? = o.constant {
+      let term = LocalizedTerm(n)
+      return .test { r in term.isIn(field.read(r)) }
+    }
     return .test(o.test { a, b, _ in byteLocalizedContains(a, b) })
   }
 }

@@ -82,10 +82,21 @@ enum TextFolding {
   /// haystack exactly when Foundation finds it (tested both ways).
   static func localizedContains(_ haystack: String, _ needle: String) -> Bool? {
     guard servable(needle) == nil else { return nil }
-    for u in haystack.unicodeScalars where !isSafe(u) && !(u.value >= 0x300 && u.value < 0x370 && u.value != 0x345) {
-      return nil
-    }
-    return utf8Contains(fold(haystack), fold(needle))
+    return localizedContains(haystack, folded: fold(needle))
+  }
+
+  /// ``localizedContains(_:_:)`` for a needle already known to be
+  /// servable, given folded: for a term asked of many records.
+  static func localizedContains(_ haystack: String, folded needle: String) -> Bool? {
+    guard foldsExactly(haystack) else { return nil }
+    return utf8Contains(fold(haystack), needle)
+  }
+
+  /// Whether every character of `haystack` is one whose folding decides
+  /// `localizedStandardContains` for a servable needle: ASCII printable,
+  /// a Latin letter that folds to one, or a combining diacritic.
+  static func foldsExactly(_ haystack: String) -> Bool {
+    haystack.unicodeScalars.allSatisfy { u in isSafe(u) || (u.value >= 0x300 && u.value < 0x370 && u.value != 0x345) }
   }
 
   /// Whether `needle`'s UTF-8 occurs in `haystack`'s: implied by

@@ -89,6 +89,7 @@ extension ModelAccess {
     }
     let needles = words.map { Array($0.folded.utf8) }
     let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
+    let servedWords = words.map { TextFolding.servable($0.text) == nil }
     // What each matching record scored on: per word, its tf (0: no match).
     var matchedKeys: [[UInt8]] = []
     var tfs: [[Int]] = []
@@ -106,14 +107,14 @@ extension ModelAccess {
         for (field, f) in zip(fields, folded) {
           let c = TextSearch.occurrences(of: needles[n], in: f)
           count += c
-          // ASCII on both sides: a folded match is exactly
-          // localizedStandardContains (as the byte-level filter has it).
+          // ASCII on both sides, or a served word in Latin text: a folded
+          // match is exactly localizedStandardContains (as the byte-level
+          // filter has it; TextFoldingTests).
           if !matched {
-            matched =
-              asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 }
-              ? c > 0
-              : TextFolding.localizedContains(field, words[n].text)
-                ?? field.localizedStandardContains(words[n].text)
+            let decided =
+              (asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 })
+              || (servedWords[n] && TextFolding.foldsExactly(field))
+            matched = decided ? c > 0 : field.localizedStandardContains(words[n].text)
           }
         }
         guard matched else { continue }
