@@ -235,8 +235,8 @@ where M.ID: Codable & Hashable & Sendable {
       }
     case .text(let i, let alternatives, _, let reverse):
       // The records holding every trigram of an alternative, in key order.
-      var keys = try TextPostings.candidates(anyOf: alternatives, keyspace: i.keyspace, reader)
-      guard let first = keys.first, let last = keys.last else { return }
+      let found = try TextPostings.candidates(anyOf: alternatives, keyspace: i.keyspace, reader)
+      guard !found.isEmpty else { return }
       func missing(_ key: [UInt8]) -> RepoError {
         RepoError(
           .decoding, "text index \(i.index.name) names a record that does not exist", model: space.name,
@@ -244,35 +244,39 @@ where M.ID: Codable & Hashable & Sendable {
       }
       // Many candidates: one pass over their span of the records keyspace
       // reads leaf after leaf, cheaper than a descent per record.
-      if !reverse, keys.count > 64, UInt64(keys.count) * 8 > (try reader.count(in: space.records)) {
-        let c = try reader.cursor(in: space.records, range: KeyRange(from: first, to: last + [0]))
+      if !reverse, found.count > 64, UInt64(found.count) * 8 > (try reader.count(in: space.records)) {
+        let last = found.groupCount - 1
+        let range = KeyRange(
+          from: found.key(0, group: 0), to: found.key(found.memberRange(last).upperBound - 1, group: last) + [0])
+        let c = try reader.cursor(in: space.records, range: range)
         c.keepsScannedLeaves = true
-        var n = 0
+        var at = (group: 0, member: 0)
         var read = 0
         defer { counters.recordsRead.add(read, ordering: .relaxed) }
         var stopped = false
         try c.forEach { k, v in
           // Past the last candidate the record is not one: positive.
-          let order = n < keys.count ? keys[n].withUnsafeBytes { compareBytes($0, k) } : 1
-          if order < 0 { throw missing(keys[n]) }
+          let order = at.group < found.groupCount ? found.compare(at.member, group: at.group, with: k) : 1
+          if order < 0 { throw missing(found.key(at.member, group: at.group)) }
           guard order == 0 else { return true }
-          n += 1
+          found.advance(&at)
           read += 1
           if try visit(k, v, nil) { return true }
           stopped = true
           return false
         }
-        if !stopped, n < keys.count { throw missing(keys[n]) }
+        if !stopped, at.group < found.groupCount { throw missing(found.key(at.member, group: at.group)) }
         return
       }
+      var keys = found.keys()
       if reverse { keys.reverse() }
       for k in keys {
         var more = true
-        let found = try reader.visitValue(for: k, in: space.records) { v in
+        let exists = try reader.visitValue(for: k, in: space.records) { v in
           counters.recordsRead.add(1, ordering: .relaxed)
           more = try k.withUnsafeBytes { try visit($0, v, nil) }
         }
-        guard found else { throw missing(k) }
+        guard exists else { throw missing(k) }
         if !more { break }
       }
     case .index(let i, let range, let reverse):

@@ -26,6 +26,13 @@ struct TPostPlain: Codable, Sendable, Identifiable, Equatable, IndexedModel {
   static let indexes: [Index<TPostPlain>] = [.index(\.category)]
 }
 
+/// A note with a text index and string ids: record keys of many lengths.
+struct TNote: Codable, Sendable, Identifiable, Equatable, IndexedModel {
+  var id: String
+  var text: String
+  static let indexes: [Index<TNote>] = [.text(\.text, name: "text")]
+}
+
 /// Random text of every kind the folding must survive.
 struct TextGenerator {
   var rng: SplitMix64
@@ -346,6 +353,30 @@ struct TextGenerator {
       } catch let e as RepoError {
         #expect("\(e)".contains("names a record that does not exist"), "\(e)")
       }
+    }
+  }
+
+  @Test func stringIdsOfEveryLengthAreFoundInKeyOrder() async throws {
+    let store = try Store.inMemory(schema: Schema([.model(TNote.self)]))
+    let notes = store.repository(TNote.self)
+    var rng = SplitMix64(seed: testSeed())
+    let words = ["apple", "banana", "cherry", "damson", "elder"]
+    var all: [TNote] = []
+    for i in 0..<600 {
+      // Ids of one to five characters, some with NUL (escaped in keys).
+      let id = String((0..<(1 + i % 5)).map { _ in ["a", "\u{0}", "b"][Int(rng.next() % 3)] }) + "\(i)"
+      let text = (0..<3).map { _ in words[Int(rng.next() % 5)] }.joined(separator: " ") + (i % 97 == 0 ? " rare" : "")
+      all.append(TNote(id: id, text: text))
+    }
+    try await notes.insert(contentsOf: all)
+    // Common terms take the one-pass merge, the rare one lookups.
+    for term in ["APPLE", "anan", "damson elder", "rare", "cherry"] {
+      let p = #Predicate<TNote> { $0.text.localizedStandardContains(term) }
+      let d = FetchDescriptor(predicate: p, sortBy: [SortDescriptor(\.id)])
+      #expect(try notes.explain(d).contains("text index"))
+      let expected = all.filter { $0.text.localizedStandardContains(term) }.map(\.id).sorted()
+      #expect(try await notes.fetch(d).map(\.id) == expected, "\(term)")
+      #expect(try await notes.count(matching: p) == expected.count, "\(term)")
     }
   }
 

@@ -230,133 +230,97 @@ enum TextPostings {
     count(keyspace, .prefix(prefix(trigram)))
   }
 
-  /// The keys of the records matching at least one of `alternatives` (each
-  /// a list of terms, all of which must match), ascending, each once.
+  /// The records matching at least one of `alternatives` (each a list of
+  /// terms, all of which must match).
   static func candidates(anyOf alternatives: [[TermTrigrams]], keyspace: String, _ reader: some KeyValueReader)
-    throws -> [[UInt8]]
+    throws -> TextCandidates
   {
-    var merged: [[UInt8]] = []
+    var merged = TextCandidates()
     for (n, alternative) in alternatives.enumerated() {
-      var keys: [[UInt8]] = []
+      var found = TextCandidates()
       for (m, term) in alternative.enumerated() {
         let mine = try candidates(term, keyspace: keyspace, reader)
-        keys = m == 0 ? mine : intersect(keys, mine)
-        if keys.isEmpty { break }
+        found = m == 0 ? mine : found.intersection(mine)
+        if found.isEmpty { break }
       }
-      merged = n == 0 ? keys : unite(merged, keys)
+      merged = n == 0 ? found : merged.union(found)
     }
     return merged
   }
 
-  private static func intersect(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
-    var out: [[UInt8]] = []
-    walkSorted(a, b, key: { $0 }) { if case .both(let k, _) = $0 { out.append(k) } }
-    return out
-  }
-
-  private static func unite(_ a: [[UInt8]], _ b: [[UInt8]]) -> [[UInt8]] {
-    var out: [[UInt8]] = []
-    out.reserveCapacity(a.count + b.count)
-    walkSorted(a, b, key: { $0 }) {
-      switch $0 {
-      case .left(let k), .right(let k), .both(let k, _): out.append(k)
-      }
-    }
-    return out
-  }
-
-  /// The keys of the records holding every trigram of `term` at positions
-  /// that agree (mod 8) with one start, ascending. Reads the rarest
-  /// trigram's postings first, then narrows with each of the others: by a
-  /// lookup per candidate group while there are few, else by one pass
-  /// over its postings.
-  static func candidates(_ term: TermTrigrams, keyspace: String, _ reader: some KeyValueReader) throws -> [[UInt8]] {
-    guard !term.trigrams.isEmpty else { return [] }
+  /// The records holding every trigram of `term` at positions that agree
+  /// (mod 8) with one start. Reads the rarest trigram's postings first,
+  /// then narrows with each of the others: by a lookup per candidate group
+  /// while there are few, else by one pass over its postings.
+  static func candidates(_ term: TermTrigrams, keyspace: String, _ reader: some KeyValueReader) throws
+    -> TextCandidates
+  {
+    guard !term.trigrams.isEmpty else { return TextCandidates() }
     var sized: [(index: Int, groups: UInt64)] = []
     for (i, t) in term.trigrams.enumerated() {
       let n = try reader.count(in: keyspace, range: .prefix(prefix(t)))
-      if n == 0 { return [] }
+      if n == 0 { return TextCandidates() }
       sized.append((i, n))
     }
     sized.sort { $0.groups < $1.groups }
-    // Groups (record keys without their last byte), each with its
-    // surviving members and their possible starts.
-    var groups: [[UInt8]] = []
-    var members: [[(member: UInt8, starts: UInt8)]] = []
+    var found = TextCandidates()
     let firstIndex = sized[0].index
     let first = prefix(term.trigrams[firstIndex])
     try reader.cursor(in: keyspace, range: .prefix(first)).forEach { k, v in
-      guard let p = decode(v) else { throw damage(keyspace) }
-      var kept: [(UInt8, UInt8)] = []
-      for (m, pos) in zip(p.members, p.positions) {
+      guard let p = PostingsView(v) else { throw damage(keyspace) }
+      let mark = found.count
+      p.forEach { m, pos in
         let s = term.starts(firstIndex, pos)
-        if s != 0 { kept.append((m, s)) }
+        if s != 0 { found.add(m, starts: s) }
+        return true
       }
-      if !kept.isEmpty {
-        groups.append(Array(k[first.count...]))
-        members.append(kept)
-      }
+      found.endGroup(k[first.count...], since: mark)
       return true
     }
-    func narrow(_ kept: [(member: UInt8, starts: UInt8)], _ p: Postings, _ index: Int) -> [(
-      member: UInt8, starts: UInt8
-    )] {
-      var out: [(member: UInt8, starts: UInt8)] = []
-      for (m, s) in kept {
-        guard let pos = p.positions(of: m) else { continue }
-        let both = s & term.starts(index, pos)
-        if both != 0 { out.append((m, both)) }
-      }
-      return out
-    }
     for (index, n) in sized.dropFirst() {
-      if groups.isEmpty { break }
+      if found.isEmpty { break }
       let p = prefix(term.trigrams[index])
-      var keptGroups: [[UInt8]] = []
-      var keptMembers: [[(member: UInt8, starts: UInt8)]] = []
-      if UInt64(groups.count) * 8 < n {
+      var kept = TextCandidates()
+      /// Keeps the members of group `g` whose starts agree with `other`.
+      func narrow(_ g: Int, _ other: PostingsView) {
+        found.narrow(g, into: &kept) { m, s in
+          guard let pos = other.positions(of: m) else { return 0 }
+          return s & term.starts(index, pos)
+        }
+      }
+      if UInt64(found.groupCount) * 8 < n {
         var e = p
-        for (g, m) in zip(groups, members) {
+        for g in 0..<found.groupCount {
           e.removeSubrange(p.count...)
-          e.append(contentsOf: g)
-          guard let other = try read(e, in: keyspace, reader) else { continue }
-          let both = narrow(m, other, index)
-          if !both.isEmpty {
-            keptGroups.append(g)
-            keptMembers.append(both)
+          found.withGroup(g) { e.append(contentsOf: $0) }
+          var damaged = false
+          _ = try reader.visitValue(for: e, in: keyspace) { v in
+            guard let other = PostingsView(v) else {
+              damaged = true
+              return
+            }
+            narrow(g, other)
           }
+          if damaged { throw damage(keyspace) }
         }
       } else {
         // Both in key order: a merge.
-        var i = 0
+        var g = 0
         try reader.cursor(in: keyspace, range: .prefix(p)).forEach { k, v in
-          let g = UnsafeRawBufferPointer(rebasing: k[p.count...])
-          while i < groups.count && groups[i].lexicographicallyPrecedes(g) { i += 1 }
-          guard i < groups.count else { return false }
-          if groups[i].elementsEqual(g) {
-            guard let other = decode(v) else { throw damage(keyspace) }
-            let both = narrow(members[i], other, index)
-            if !both.isEmpty {
-              keptGroups.append(groups[i])
-              keptMembers.append(both)
-            }
-            i += 1
+          let key = UnsafeRawBufferPointer(rebasing: k[p.count...])
+          while g < found.groupCount && found.withGroup(g, { compareBytes($0, key) }) < 0 { g += 1 }
+          guard g < found.groupCount else { return false }
+          if found.withGroup(g, { compareBytes($0, key) }) == 0 {
+            guard let other = PostingsView(v) else { throw damage(keyspace) }
+            narrow(g, other)
+            g += 1
           }
           return true
         }
       }
-      groups = keptGroups
-      members = keptMembers
+      found = kept
     }
-    var keys: [[UInt8]] = []
-    for (g, m) in zip(groups, members) {
-      for (b, _) in m {
-        var k = g
-        k.append(b)
-        keys.append(k)
-      }
-    }
-    return keys
+    return found
   }
 }
 

@@ -78,14 +78,15 @@ extension ModelAccess {
     let built = try builtIndexes(reader).contains(text.name)
     // Candidates: for each word the index serves, the records holding its
     // trigrams; a word it cannot serve makes every record one.
-    var candidates = Set<[UInt8]>()
+    var candidates = TextCandidates()
     var everyRecord = !built
     for w in words where !everyRecord {
       guard TextFolding.servable(w.text) == nil else {
         everyRecord = true
         break
       }
-      candidates.formUnion(try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
+      candidates = candidates.union(
+        try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
     }
     let needles = words.map { Array($0.folded.utf8) }
     let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
@@ -130,13 +131,13 @@ extension ModelAccess {
     let total = Double(try reader.count(in: space.records))
     if everyRecord || Double(candidates.count) * 8 > total {
       // Every record, or so many that one pass beats a lookup each.
+      var at = (group: 0, member: 0)
       try reader.cursor(in: space.records, range: .all).forEach { k, v in
-        let key = Array(k)
-        if everyRecord || candidates.contains(key) { try consider(key, v) }
+        if everyRecord || candidates.contains(k, from: &at) { try consider(Array(k), v) }
         return true
       }
     } else {
-      for k in candidates.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+      for k in candidates.keys() {
         _ = try reader.visitValue(for: k, in: space.records) { try consider(k, $0) }
       }
     }

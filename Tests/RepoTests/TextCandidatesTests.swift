@@ -1,0 +1,80 @@
+import EngineTestSupport
+import Foundation
+import Testing
+
+@testable import Repo
+
+/// The text index's candidate sets against plain sets of keys, grouped
+/// as postings group them (all but the last byte).
+@Suite struct TextCandidatesTests {
+  static func less(_ a: [UInt8], _ b: [UInt8]) -> Bool { a.lexicographicallyPrecedes(b) }
+
+  /// Random distinct record keys as ids encode them (FORMAT.md §9.3),
+  /// self-delimiting: fixed-width, or strings (a 0x00 escaped as 0x00
+  /// 0xFF, ended by 0x00 0x00) over a small alphabet with 0x00 in it, so
+  /// that groups share keys and some groups are prefixes of others.
+  static func keys(_ rng: inout SplitMix64, strings: Bool) -> Set<[UInt8]> {
+    var out = Set<[UInt8]>()
+    for _ in 0..<Int(rng.next() % 60) {
+      guard strings else {
+        out.insert([UInt8(rng.next() % 3), UInt8(rng.next() % 4) * 60])
+        continue
+      }
+      var k: [UInt8] = [1]
+      for _ in 0..<Int(rng.next() % 4) {
+        let c = UInt8(rng.next() % 3) * 0x30
+        k.append(contentsOf: c == 0 ? [0, 0xFF] : [c])
+      }
+      out.insert(k + [0, 0])
+    }
+    return out
+  }
+
+  /// `keys` as a candidate set, built group by group as a lookup builds it.
+  static func candidates(_ keys: Set<[UInt8]>) -> TextCandidates {
+    var out = TextCandidates()
+    let sorted = keys.sorted(by: less)
+    var groups: [[UInt8]: [UInt8]] = [:]
+    for k in sorted { groups[Array(k.dropLast()), default: []].append(k.last!) }
+    for g in groups.keys.sorted(by: less) {
+      let mark = out.count
+      for m in groups[g]!.sorted() { out.add(m, starts: 0xFF) }
+      out.endGroup(g, since: mark)
+    }
+    return out
+  }
+
+  @Test func setOperationsOrderAndLookupsAgreeWithSets() {
+    let seed = testSeed()
+    var rng = SplitMix64(seed: seed)
+    for round in 0..<2_000 {
+      let strings = round % 2 == 0
+      let (a, b) = (Self.keys(&rng, strings: strings), Self.keys(&rng, strings: strings))
+      let (ca, cb) = (Self.candidates(a), Self.candidates(b))
+      #expect(ca.keys() == a.sorted(by: Self.less), "seed \(seed)")
+      #expect(ca.count == a.count)
+      #expect(ca.intersection(cb).keys() == a.intersection(b).sorted(by: Self.less), "seed \(seed)")
+      #expect(ca.union(cb).keys() == a.union(b).sorted(by: Self.less), "seed \(seed)")
+      // Walking every key of both, in order, finds exactly a's.
+      var at = (group: 0, member: 0)
+      for k in a.union(b).sorted(by: Self.less) {
+        let found = k.withUnsafeBytes { ca.contains($0, from: &at) }
+        #expect(found == a.contains(k), "seed \(seed): \(k)")
+      }
+      // Each candidate compares with any key as the keys themselves do.
+      var i = 0
+      for g in 0..<ca.groupCount {
+        for m in ca.memberRange(g) {
+          let mine = ca.key(m, group: g)
+          for k in a.union(b) {
+            let c = k.withUnsafeBytes { ca.compare(m, group: g, with: $0) }
+            let expected = mine == k ? 0 : (Self.less(mine, k) ? -1 : 1)
+            #expect(c.signum() == expected, "seed \(seed): \(mine) vs \(k)")
+          }
+          i += 1
+        }
+      }
+      #expect(i == a.count)
+    }
+  }
+}
