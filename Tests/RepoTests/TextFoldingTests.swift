@@ -107,6 +107,10 @@ import Testing
       let s = String(
         decoding: (0..<Int(rng.next() % 40)).map { _ in UInt8(rng.next() % 128) }, as: UTF8.self)
       #expect(TextFolding.fold(s) == TextFolding.foundationFold(s), "\(s.debugDescription)")
+      var out: [UInt8] = []
+      let how = Array(s.utf8).withUnsafeBytes { TextFolding.fold(utf8: $0, into: &out) }
+      #expect(out == Array(TextFolding.fold(s).utf8), "\(s.debugDescription)")
+      #expect(how?.isExact == TextFolding.foldsExactly(s) && how?.isASCII == true, "\(s.debugDescription)")
       let f = TextFolding.fold(s)
       #expect(
         TextFolding.positionedTrigrams([f]).map(\.bytes)
@@ -120,11 +124,30 @@ import Testing
     var rng = SplitMix64(seed: testSeed())
     let scalars =
       (UInt32(0x20)...0x24F).compactMap(Unicode.Scalar.init) + (UInt32(0x300)..<0x370).compactMap(Unicode.Scalar.init)
-    for _ in 0..<(runningUnderTSan ? 500 : 20_000) {
+    let rounds = runningUnderTSan ? 500 : 20_000
+    var byBytes = 0
+    for _ in 0..<rounds {
       var v = String.UnicodeScalarView()
       for _ in 0..<Int(rng.next() % 12) { v.append(scalars[Int(rng.next() % UInt64(scalars.count))]) }
       let s = String(v)
       #expect(TextFolding.fold(s) == TextFolding.foundationFold(s), "\(s.debugDescription)")
+      // Folded from its UTF-8 without a String: the same bytes, and the
+      // same verdicts.
+      var out: [UInt8] = []
+      let how = Array(s.utf8).withUnsafeBytes { TextFolding.fold(utf8: $0, into: &out) }
+      if let how {
+        #expect(out == Array(TextFolding.fold(s).utf8), "\(s.debugDescription)")
+        #expect(how.isExact == TextFolding.foldsExactly(s), "\(s.debugDescription)")
+        #expect(how.isASCII == s.utf8.allSatisfy { $0 < 0x80 }, "\(s.debugDescription)")
+        byBytes += 1
+      }
+    }
+    // Most of this text is what the byte path folds itself.
+    #expect(byBytes > rounds / 4, "\(byBytes) of \(rounds)")
+    // Bytes that are not UTF-8 are left to Foundation, never misread.
+    for bad: [UInt8] in [[0xC3], [0xC3, 0x41], [0xE2, 0x82, 0xAC], [0x80], [0xC1, 0x81], [0x41, 0xFF]] {
+      var out: [UInt8] = []
+      #expect(bad.withUnsafeBytes { TextFolding.fold(utf8: $0, into: &out) } == nil, "\(bad)")
     }
   }
 

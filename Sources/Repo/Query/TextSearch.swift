@@ -47,17 +47,26 @@ enum TextSearch {
   /// (a match of whole UTF-8 text can only start on a character boundary).
   static func occurrences(of needle: [UInt8], in haystack: [UInt8]) -> Int {
     guard !needle.isEmpty, needle.count <= haystack.count else { return 0 }
-    var n = 0
-    var i = 0
-    while i <= haystack.count - needle.count {
-      if haystack[i] == needle[0] && haystack[i..<(i + needle.count)].elementsEqual(needle) {
-        n += 1
-        i += needle.count
-      } else {
-        i += 1
+    return haystack.withUnsafeBytes { h in
+      needle.withUnsafeBytes { n in
+        // Safe: both are non-empty, so both base addresses exist.
+        let (hp, np) = (h.baseAddress!, n.baseAddress!)
+        var count = 0
+        var at = 0
+        let first = Int32(n[0])
+        let last = h.count - n.count
+        while at <= last, let p = memchr(hp + at, first, last - at + 1) {
+          at = UnsafeRawPointer(p) - hp
+          if memcmp(p, np, n.count) == 0 {
+            count += 1
+            at += n.count
+          } else {
+            at += 1
+          }
+        }
+        return count
       }
     }
-    return n
   }
 }
 
@@ -91,42 +100,89 @@ extension ModelAccess {
     let needles = words.map { Array($0.folded.utf8) }
     let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
     let servedWords = words.map { TextFolding.servable($0.text) == nil }
+    // The indexed fields straight from the record's bytes, where decoding
+    // a probe proved where they are stored; else each record is decoded.
+    let stored: [RecordField]? = {
+      guard let paths = space.indexes.first(where: { $0.index.name == text.name })?.index.keyPaths else { return nil }
+      var out: [RecordField] = []
+      for path in paths {
+        guard case .field(let f) = FieldProofs<M>.shared.binding(path, values: []), f.kind == .string else {
+          return nil
+        }
+        out.append(f)
+      }
+      return out
+    }()
     // What each matching record scored on: per word, its tf (0: no match).
     var matchedKeys: [[UInt8]] = []
     var tfs: [[Int]] = []
     var lengths: [Int] = []
     var df = [Int](repeating: 0, count: words.count)
+    // The record being scored.
+    // (Buffers, not arrays: a captured array is checked for exclusive
+    // access at every element written, which showed in profiles.)
+    let tf = UnsafeMutableBufferPointer<Int>.allocate(capacity: words.count)
+    let matched = UnsafeMutableBufferPointer<Bool>.allocate(capacity: words.count)
+    tf.initialize(repeating: 0)
+    matched.initialize(repeating: false)
+    defer {
+      tf.deallocate()
+      matched.deallocate()
+    }
+    var length = 0
+    var folded: [UInt8] = []
+    func reset() {
+      for n in words.indices { (tf[n], matched[n]) = (0, false) }
+      length = 0
+    }
+    /// Adds one field's UTF-8 to the record's score.
+    func score(_ utf8: UnsafeRawBufferPointer) {
+      let how = TextFolding.fold(utf8: utf8, into: &folded)
+      if how == nil { folded = Array(TextFolding.fold(String(decoding: utf8, as: UTF8.self)).utf8) }
+      length += folded.count
+      for n in words.indices {
+        let c = TextSearch.occurrences(of: needles[n], in: folded)
+        tf[n] += c
+        guard !matched[n] else { continue }
+        // ASCII on both sides, or a served word in Latin text: a folded
+        // match is exactly localizedStandardContains (as the byte-level
+        // filter has it; TextFoldingTests).
+        let decided = how.map { (asciiWords[n] && $0.isASCII) || (servedWords[n] && $0.isExact) } ?? false
+        matched[n] =
+          decided ? c > 0 : String(decoding: utf8, as: UTF8.self).localizedStandardContains(words[n].text)
+      }
+    }
     func consider(_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws {
-      let model = try decode(bytes, key: key)
-      let fields = withUnsafePointer(to: model) { p in text.fields.compactMap { $0(UnsafeRawPointer(p)) } }
-      let folded = fields.map { Array(TextFolding.fold($0).utf8) }
-      var tf = [Int](repeating: 0, count: words.count)
+      reset()
+      var read = stored != nil
+      for f in stored ?? [] {
+        switch f.read(bytes) {
+        case .bytes(let b): score(b)
+        case .null: continue
+        default: read = false
+        }
+        if !read { break }
+      }
+      if !read {
+        reset()
+        let model = try decode(bytes, key: key)
+        var fields = withUnsafePointer(to: model) { p in text.fields.compactMap { $0(UnsafeRawPointer(p)) } }
+        for i in fields.indices { fields[i].withUTF8 { score(UnsafeRawBufferPointer($0)) } }
+      }
       var any = false
       for n in words.indices {
-        var count = 0
-        var matched = false
-        for (field, f) in zip(fields, folded) {
-          let c = TextSearch.occurrences(of: needles[n], in: f)
-          count += c
-          // ASCII on both sides, or a served word in Latin text: a folded
-          // match is exactly localizedStandardContains (as the byte-level
-          // filter has it; TextFoldingTests).
-          if !matched {
-            let decided =
-              (asciiWords[n] && field.utf8.allSatisfy { $0 < 0x80 })
-              || (servedWords[n] && TextFolding.foldsExactly(field))
-            matched = decided ? c > 0 : field.localizedStandardContains(words[n].text)
-          }
+        guard matched[n] else {
+          tf[n] = 0
+          continue
         }
-        guard matched else { continue }
-        tf[n] = max(1, count)
+        tf[n] = max(1, tf[n])
         df[n] += 1
         any = true
       }
       guard any else { return }
       matchedKeys.append(key)
-      tfs.append(tf)
-      lengths.append(folded.reduce(0) { $0 + $1.count })
+      tfs.append(Array(tf))
+      lengths.append(length)
     }
     let total = Double(try reader.count(in: space.records))
     if everyRecord || Double(candidates.count) * 8 > total {
