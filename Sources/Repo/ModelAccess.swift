@@ -487,7 +487,7 @@ where M.ID: Codable & Hashable & Sendable {
     guard !space.texts.isEmpty else { return }
     if let postings {
       try withUnsafePointer(to: model) { p in
-        for t in space.texts { try postings.add(t.trigrams(UnsafeRawPointer(p)), key: k, keyspace: t.keyspace, tx) }
+        for t in space.texts { try postings.add(UnsafeRawPointer(p), of: t, key: k, tx) }
       }
     } else {
       try addTextEntries(of: model, key: k, tx)

@@ -77,4 +77,16 @@ import Testing
       #expect(i == a.count)
     }
   }
+
+  @Test func radixSortOrdersByAllButTheLowestByte() {
+    var rng = SplitMix64(seed: testSeed())
+    for size in [0, 1, 63, 65, 1_000, 100_000] {
+      // Values spread over a few bits or over all of them.
+      let mask: UInt64 = size % 2 == 0 ? .max : 0x0000_00FF_0F00_FFFF
+      var values = (0..<size).map { _ in rng.next() & mask }
+      let expected = values.map { $0 >> 8 }.sorted()
+      radixSort(&values)
+      #expect(values.map { $0 >> 8 } == expected, "\(size)")
+    }
+  }
 }

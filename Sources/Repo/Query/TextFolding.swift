@@ -232,6 +232,39 @@ enum TextFolding {
       || (f == u && u.properties.isLowercase)
   }
 
+  /// Each trigram of a folded text where it occurs, with bit `p % 8` for
+  /// its scalar position `p`: a trigram of three ASCII characters as its
+  /// three bytes in one number (`ascii`), any other as its UTF-8 (`other`).
+  @inline(__always)
+  static func forEachTrigram(
+    _ folded: String, ascii: (_ code: UInt32, _ bit: UInt8) -> Void, other: (_ bytes: [UInt8], _ bit: UInt8) -> Void
+  ) {
+    var f = folded
+    let isASCII = f.withUTF8 { bytes -> Bool in
+      guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
+      guard bytes.count >= 3 else { return true }
+      var code = UInt32(bytes[0]) << 8 | UInt32(bytes[1])
+      for i in 2..<bytes.count {
+        code = (code << 8 | UInt32(bytes[i])) & 0xFF_FFFF
+        ascii(code, UInt8(1) << UInt8((i - 2) & 7))
+      }
+      return true
+    }
+    guard !isASCII else { return }
+    let scalars = Array(f.unicodeScalars)
+    guard scalars.count >= 3 else { return }
+    for i in 0...(scalars.count - 3) {
+      let bit = UInt8(1) << UInt8(i & 7)
+      if scalars[i].isASCII && scalars[i + 1].isASCII && scalars[i + 2].isASCII {
+        ascii(scalars[i].value << 16 | scalars[i + 1].value << 8 | scalars[i + 2].value, bit)
+      } else {
+        var bytes: [UInt8] = []
+        for u in scalars[i..<(i + 3)] { bytes.append(contentsOf: String(u).utf8) }
+        other(bytes, bit)
+      }
+    }
+  }
+
   /// The distinct trigrams of folded texts (each on its own), sorted by
   /// their bytes, each with the positions it starts at (bit `p % 8` for
   /// scalar position `p` in its text; several texts' positions are ORed).
@@ -240,31 +273,7 @@ enum TextFolding {
     var ascii: [UInt32] = []
     var other: [[UInt8]: UInt8] = [:]
     for f in folded {
-      var f = f
-      let isASCII = f.withUTF8 { bytes -> Bool in
-        guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
-        guard bytes.count >= 3 else { return true }
-        var code = UInt32(bytes[0]) << 8 | UInt32(bytes[1])
-        for i in 2..<bytes.count {
-          code = (code << 8 | UInt32(bytes[i])) & 0xFF_FFFF
-          ascii.append(code << 8 | UInt32(1) << UInt32((i - 2) & 7))
-        }
-        return true
-      }
-      guard !isASCII else { continue }
-      let scalars = Array(f.unicodeScalars)
-      guard scalars.count >= 3 else { continue }
-      for i in 0...(scalars.count - 3) {
-        let bit = UInt8(1) << UInt8(i & 7)
-        if scalars[i].isASCII && scalars[i + 1].isASCII && scalars[i + 2].isASCII {
-          let code = scalars[i].value << 16 | scalars[i + 1].value << 8 | scalars[i + 2].value
-          ascii.append(code << 8 | UInt32(bit))
-        } else {
-          var bytes: [UInt8] = []
-          for u in scalars[i..<(i + 3)] { bytes.append(contentsOf: String(u).utf8) }
-          other[bytes, default: 0] |= bit
-        }
-      }
+      forEachTrigram(f, ascii: { ascii.append($0 << 8 | UInt32($1)) }, other: { other[$0, default: 0] |= $1 })
     }
     ascii.sort()
     var out: [Trigram] = []

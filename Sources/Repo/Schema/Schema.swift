@@ -370,7 +370,7 @@ extension ModelAccess {
     while let e = try cursor.next() {
       let model = try decode(e.value, key: e.key)
       if let text {
-        try withUnsafePointer(to: model) { try postings.add(text.trigrams($0), key: e.key, keyspace: i.keyspace, tx) }
+        try withUnsafePointer(to: model) { try postings.add($0, of: text, key: e.key, tx) }
       } else {
         let k = try indexKey(i, model, id: e.key)
         if i.index.unique, try tx.get(k, in: i.keyspace) != nil {
