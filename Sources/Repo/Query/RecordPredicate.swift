@@ -424,16 +424,16 @@ struct LocalizedTerm {
   let bytes: UnsafeRawBufferPointer
   let isASCII: Bool
   let text: String
-  /// Its folding, when it is a term a text index serves (and so one
-  /// whose folding decides the test against Latin text).
-  let folded: String?
+  /// Its folding's UTF-8, when it is a term a text index serves (and so
+  /// one whose folding decides the test against Latin text).
+  let folded: [UInt8]?
 
   /// `bytes` must outlive the term.
   init(_ bytes: UnsafeRawBufferPointer) {
     self.bytes = bytes
     isASCII = isPlainASCII(bytes)
     text = string(bytes)
-    folded = TextFolding.servable(text) == nil ? TextFolding.fold(text) : nil
+    folded = TextFolding.servable(text) == nil ? Array(TextFolding.fold(text).utf8) : nil
   }
 
   /// Whether `haystack` (a string's UTF-8) contains the term as
@@ -441,11 +441,10 @@ struct LocalizedTerm {
   func isIn(_ haystack: ByteValue) -> Bool? {
     guard case .bytes(let h) = haystack else { return nil }
     guard isASCII, isPlainASCII(h) else {
-      let hs = string(h)
       // Latin text and a term a text index serves: decided by their
       // foldings, as Foundation decides (TextFoldingTests).
-      if let folded, let found = TextFolding.localizedContains(hs, folded: folded) { return found }
-      return hs.localizedStandardContains(text)
+      if let folded, let found = TextFolding.localizedContains(utf8: h, folded: folded) { return found }
+      return string(h).localizedStandardContains(text)
     }
     return asciiFoldedContains(h, bytes)
   }

@@ -69,7 +69,9 @@ enum TextFolding {
   struct Folded {
     /// Every byte is ASCII.
     var isASCII: Bool
-    /// Every scalar is one ``foldsExactly(_:)`` accepts.
+    /// Every scalar is one whose folding decides `localizedStandardContains`
+    /// for a servable needle: ASCII printable, a Latin letter that folds to
+    /// one, or a combining diacritic other than U+0345.
     var isExact: Bool
   }
 
@@ -161,21 +163,18 @@ enum TextFolding {
   /// haystack exactly when Foundation finds it (tested both ways).
   static func localizedContains(_ haystack: String, _ needle: String) -> Bool? {
     guard servable(needle) == nil else { return nil }
-    return localizedContains(haystack, folded: fold(needle))
+    var h = haystack
+    let folded = Array(fold(needle).utf8)
+    return h.withUTF8 { localizedContains(utf8: UnsafeRawBufferPointer($0), folded: folded) }
   }
 
-  /// ``localizedContains(_:_:)`` for a needle already known to be
-  /// servable, given folded: for a term asked of many records.
-  static func localizedContains(_ haystack: String, folded needle: String) -> Bool? {
-    guard foldsExactly(haystack) else { return nil }
-    return utf8Contains(fold(haystack), needle)
-  }
-
-  /// Whether every character of `haystack` is one whose folding decides
-  /// `localizedStandardContains` for a servable needle: ASCII printable,
-  /// a Latin letter that folds to one, or a combining diacritic.
-  static func foldsExactly(_ haystack: String) -> Bool {
-    haystack.unicodeScalars.allSatisfy { u in isSafe(u) || (u.value >= 0x300 && u.value < 0x370 && u.value != 0x345) }
+  /// ``localizedContains(_:_:)`` of a haystack's UTF-8, for a needle
+  /// already known to be servable, given folded (UTF-8): for a term
+  /// asked of many records.
+  static func localizedContains(utf8 haystack: UnsafeRawBufferPointer, folded needle: [UInt8]) -> Bool? {
+    var buffer: [UInt8] = []
+    guard let how = fold(utf8: haystack, into: &buffer), how.isExact else { return nil }
+    return buffer.withUnsafeBytes { b in needle.withUnsafeBytes { find($0, in: b, from: 0) != nil } }
   }
 
   /// Whether `needle`'s UTF-8 occurs in `haystack`'s: implied by
@@ -183,21 +182,26 @@ enum TextFolding {
   static func utf8Contains(_ haystack: String, _ needle: String) -> Bool {
     var (h, n) = (haystack, needle)
     return h.withUTF8 { hb in
-      n.withUTF8 { nb in
-        guard nb.count > 0 else { return true }
-        guard hb.count >= nb.count, let hp = hb.baseAddress, let np = nb.baseAddress else { return false }
-        let first = Int32(np.pointee)
-        var at = 0
-        let last = hb.count - nb.count
-        while at <= last {
-          guard let p = memchr(hp + at, first, last - at + 1) else { return false }
-          at = UnsafePointer<UInt8>(p.assumingMemoryBound(to: UInt8.self)) - hp
-          if memcmp(hp + at, np, nb.count) == 0 { return true }
-          at += 1
-        }
-        return false
-      }
+      n.withUTF8 { nb in find(UnsafeRawBufferPointer(nb), in: UnsafeRawBufferPointer(hb), from: 0) != nil }
     }
+  }
+
+  /// Where `needle` next occurs in `haystack` at or after `start`; an
+  /// empty needle occurs anywhere.
+  @inline(__always)
+  static func find(_ needle: UnsafeRawBufferPointer, in haystack: UnsafeRawBufferPointer, from start: Int) -> Int? {
+    guard needle.count > 0 else { return start }
+    let last = haystack.count - needle.count
+    guard start <= last, let hp = haystack.baseAddress, let np = needle.baseAddress else { return nil }
+    let first = Int32(needle[0])
+    var at = start
+    while at <= last {
+      guard let p = memchr(hp + at, first, last - at + 1) else { return nil }
+      at = UnsafeRawPointer(p) - hp
+      if memcmp(p, np, needle.count) == 0 { return at }
+      at += 1
+    }
+    return nil
   }
 
   /// Why an index cannot serve `needle`, or nil when it can: every

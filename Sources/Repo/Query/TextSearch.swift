@@ -46,23 +46,14 @@ enum TextSearch {
   /// Non-overlapping occurrences of `needle` in `haystack`, both UTF-8
   /// (a match of whole UTF-8 text can only start on a character boundary).
   static func occurrences(of needle: [UInt8], in haystack: [UInt8]) -> Int {
-    guard !needle.isEmpty, needle.count <= haystack.count else { return 0 }
+    guard !needle.isEmpty else { return 0 }
     return haystack.withUnsafeBytes { h in
       needle.withUnsafeBytes { n in
-        // Safe: both are non-empty, so both base addresses exist.
-        let (hp, np) = (h.baseAddress!, n.baseAddress!)
         var count = 0
         var at = 0
-        let first = Int32(n[0])
-        let last = h.count - n.count
-        while at <= last, let p = memchr(hp + at, first, last - at + 1) {
-          at = UnsafeRawPointer(p) - hp
-          if memcmp(p, np, n.count) == 0 {
-            count += 1
-            at += n.count
-          } else {
-            at += 1
-          }
+        while let found = TextFolding.find(n, in: h, from: at) {
+          count += 1
+          at = found + n.count
         }
         return count
       }
