@@ -105,8 +105,10 @@ extension ModelAccess {
       return out
     }()
     // What each matching record scored on: per word, its tf (0: no match).
-    var matchedKeys: [[UInt8]] = []
-    var tfs: [[Int]] = []
+    // Their keys back to back: key i ends at keyEnds[i].
+    var keyBytes: [UInt8] = []
+    var keyEnds: [Int] = []
+    var tfs: [Int] = []  // words.count per matching record
     var lengths: [Int] = []
     var df = [Int](repeating: 0, count: words.count)
     // The record being scored.
@@ -143,7 +145,7 @@ extension ModelAccess {
           decided ? c > 0 : String(decoding: utf8, as: UTF8.self).localizedStandardContains(words[n].text)
       }
     }
-    func consider(_ key: [UInt8], _ bytes: UnsafeRawBufferPointer) throws {
+    func consider(_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws {
       reset()
       var read = stored != nil
       for f in stored ?? [] {
@@ -156,7 +158,7 @@ extension ModelAccess {
       }
       if !read {
         reset()
-        let model = try decode(bytes, key: key)
+        let model = try decode(bytes, key: Array(key))
         var fields = withUnsafePointer(to: model) { p in text.fields.compactMap { $0(UnsafeRawPointer(p)) } }
         for i in fields.indices { fields[i].withUTF8 { score(UnsafeRawBufferPointer($0)) } }
       }
@@ -171,8 +173,9 @@ extension ModelAccess {
         any = true
       }
       guard any else { return }
-      matchedKeys.append(key)
-      tfs.append(Array(tf))
+      keyBytes.append(contentsOf: key)
+      keyEnds.append(keyBytes.count)
+      tfs.append(contentsOf: tf)
       lengths.append(length)
     }
     let total = Double(try reader.count(in: space.records))
@@ -180,32 +183,50 @@ extension ModelAccess {
       // Every record, or so many that one pass beats a lookup each.
       var at = (group: 0, member: 0)
       try reader.cursor(in: space.records, range: .all).forEach { k, v in
-        if everyRecord || candidates.contains(k, from: &at) { try consider(Array(k), v) }
+        if everyRecord || candidates.contains(k, from: &at) { try consider(k, v) }
         return true
       }
     } else {
       for k in candidates.keys() {
-        _ = try reader.visitValue(for: k, in: space.records) { try consider(k, $0) }
+        _ = try reader.visitValue(for: k, in: space.records) { v in try k.withUnsafeBytes { try consider($0, v) } }
       }
     }
-    guard !matchedKeys.isEmpty else { return [] }
+    guard !keyEnds.isEmpty else { return [] }
     let idf = df.map { log(1 + (total - Double($0) + 0.5) / (Double($0) + 0.5)) }
     let averageLength = max(1, Double(lengths.reduce(0, +)) / Double(lengths.count))
-    var scored: [(score: Double, index: Int)] = []
-    scored.reserveCapacity(matchedKeys.count)
-    for (i, tf) in tfs.enumerated() {
+    func score(_ i: Int) -> Double {
       let norm = TextSearch.k1 * (1 - TextSearch.b + TextSearch.b * Double(lengths[i]) / averageLength)
       var score = 0.0
-      for (n, f) in tf.enumerated() where f > 0 {
-        score += idf[n] * Double(f) * (TextSearch.k1 + 1) / (Double(f) + norm)
+      for n in words.indices {
+        let f = tfs[i * words.count + n]
+        if f > 0 { score += idf[n] * Double(f) * (TextSearch.k1 + 1) / (Double(f) + norm) }
       }
-      scored.append((score, i))
+      return score
     }
-    // Keys were visited in order: a stable sort keeps ties by key.
-    scored.sort { $0.score > $1.score || ($0.score == $1.score && $0.index < $1.index) }
+    // The best `limit`, best first, ties to the lower key (keys were
+    // visited in order).
+    var best: [(score: Double, index: Int)] = []
+    if limit > 256 {
+      best = keyEnds.indices.map { (score($0), $0) }
+      best.sort { $0.score > $1.score || ($0.score == $1.score && $0.index < $1.index) }
+      best = Array(best.prefix(limit))
+    } else {
+      // Kept sorted as the scores go by; most fall below the last kept
+      // and cost one comparison.
+      best.reserveCapacity(limit + 1)
+      for i in keyEnds.indices {
+        let s = score(i)
+        // A later record ranks after an equal score.
+        if best.count == limit, let last = best.last, s <= last.score { continue }
+        var at = best.count
+        while at > 0 && best[at - 1].score < s { at -= 1 }
+        best.insert((s, i), at: at)
+        if best.count > limit { best.removeLast() }
+      }
+    }
     var out: [SearchMatch<M>] = []
-    for (score, i) in scored.prefix(limit) {
-      let key = matchedKeys[i]
+    for (score, i) in best {
+      let key = Array(keyBytes[(i == 0 ? 0 : keyEnds[i - 1])..<keyEnds[i]])
       guard let bytes = try reader.get(key, in: space.records) else { continue }
       out.append(SearchMatch(record: try decode(bytes, key: key), score: score))
     }
