@@ -173,10 +173,10 @@ import Testing
       if rng.next() % 4 == 0 { h += pick(Self.strange) }
       var n: String
       if rng.next() % 2 == 0, !h.isEmpty {
-        n = Self.piece(of: Array(h), length: 3...5, &rng)
+        n = Self.piece(of: Array(h), length: 1...5, &rng)
         if rng.next() % 2 == 0 { n = n.uppercased() }
       } else {
-        n = String((0..<(3 + Int(rng.next() % 3))).map { _ in pick(Self.servable) })
+        n = String((0..<(1 + Int(rng.next() % 5))).map { _ in pick(Self.servable) })
       }
       guard let mine = TextFolding.localizedContains(h, n) else { continue }
       answered += 1

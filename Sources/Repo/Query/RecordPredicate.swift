@@ -424,8 +424,8 @@ struct LocalizedTerm {
   let bytes: UnsafeRawBufferPointer
   let isASCII: Bool
   let text: String
-  /// Its folding's UTF-8, when it is a term a text index serves (and so
-  /// one whose folding decides the test against Latin text).
+  /// Its folding's UTF-8, when it is a term whose folding decides the
+  /// test against Latin text (``TextFolding/decidable(_:)``).
   let folded: [UInt8]?
 
   /// `bytes` must outlive the term.
@@ -433,7 +433,7 @@ struct LocalizedTerm {
     self.bytes = bytes
     isASCII = isPlainASCII(bytes)
     text = string(bytes)
-    folded = TextFolding.servable(text) == nil ? Array(TextFolding.fold(text).utf8) : nil
+    folded = TextFolding.decidable(text) ? Array(TextFolding.fold(text).utf8) : nil
   }
 
   /// Whether `haystack` (a string's UTF-8) contains the term as

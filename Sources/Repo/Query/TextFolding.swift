@@ -70,7 +70,7 @@ enum TextFolding {
     /// Every byte is ASCII.
     var isASCII: Bool
     /// Every scalar is one whose folding decides `localizedStandardContains`
-    /// for a servable needle: ASCII printable, a Latin letter that folds to
+    /// for a decidable needle: ASCII printable, a Latin letter that folds to
     /// one, or a combining diacritic other than U+0345.
     var isExact: Bool
   }
@@ -162,14 +162,14 @@ enum TextFolding {
   /// one, combining diacritics), the folded needle is in the folded
   /// haystack exactly when Foundation finds it (tested both ways).
   static func localizedContains(_ haystack: String, _ needle: String) -> Bool? {
-    guard servable(needle) == nil else { return nil }
+    guard decidable(needle) else { return nil }
     var h = haystack
     let folded = Array(fold(needle).utf8)
     return h.withUTF8 { localizedContains(utf8: UnsafeRawBufferPointer($0), folded: folded) }
   }
 
   /// ``localizedContains(_:_:)`` of a haystack's UTF-8, for a needle
-  /// already known to be servable, given folded (UTF-8): for a term
+  /// already known to be decidable, given folded (UTF-8): for a term
   /// asked of many records.
   static func localizedContains(utf8 haystack: UnsafeRawBufferPointer, folded needle: [UInt8]) -> Bool? {
     var buffer: [UInt8] = []
@@ -202,6 +202,13 @@ enum TextFolding {
       at += 1
     }
     return nil
+  }
+
+  /// Whether `needle` is made of characters whose folding decides
+  /// `localizedStandardContains` against text of such characters (and
+  /// is not empty): those an index serves, of any length.
+  static func decidable(_ needle: String) -> Bool {
+    !needle.isEmpty && needle.unicodeScalars.allSatisfy(isSafe)
   }
 
   /// Why an index cannot serve `needle`, or nil when it can: every

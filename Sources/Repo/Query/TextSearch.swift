@@ -90,7 +90,7 @@ extension ModelAccess {
     }
     let needles = words.map { Array($0.folded.utf8) }
     let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
-    let servedWords = words.map { TextFolding.servable($0.text) == nil }
+    let decidableWords = words.map { TextFolding.decidable($0.text) }
     // The indexed fields straight from the record's bytes, where decoding
     // a probe proved where they are stored; else each record is decoded.
     let stored: [RecordField]? = {
@@ -137,10 +137,10 @@ extension ModelAccess {
         let c = TextSearch.occurrences(of: needles[n], in: folded)
         tf[n] += c
         guard !matched[n] else { continue }
-        // ASCII on both sides, or a served word in Latin text: a folded
+        // ASCII on both sides, or a decidable word in Latin text: a folded
         // match is exactly localizedStandardContains (as the byte-level
         // filter has it; TextFoldingTests).
-        let decided = how.map { (asciiWords[n] && $0.isASCII) || (servedWords[n] && $0.isExact) } ?? false
+        let decided = how.map { (asciiWords[n] && $0.isASCII) || (decidableWords[n] && $0.isExact) } ?? false
         matched[n] =
           decided ? c > 0 : String(decoding: utf8, as: UTF8.self).localizedStandardContains(words[n].text)
       }
