@@ -198,7 +198,8 @@ enum TextFolding {
     while at <= last {
       guard let p = memchr(hp + at, first, last - at + 1) else { return nil }
       at = UnsafeRawPointer(p) - hp
-      if memcmp(p, np, needle.count) == 0 { return at }
+      // The second byte checked here first: most first-byte hits end at it.
+      if needle.count == 1 || (haystack[at + 1] == needle[1] && memcmp(p, np, needle.count) == 0) { return at }
       at += 1
     }
     return nil
