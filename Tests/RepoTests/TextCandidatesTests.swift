@@ -61,6 +61,22 @@ import Testing
         let found = k.withUnsafeBytes { ca.contains($0, from: &at) }
         #expect(found == a.contains(k), "seed \(seed): \(k)")
       }
+      #expect(ca.isDone(at))
+      // Walking only b's keys: passing over one of a's is reported.
+      var walk = (group: 0, member: 0)
+      var passedOver = false
+      for k in b.sorted(by: Self.less) {
+        guard let found = k.withUnsafeBytes({ ca.contains($0, from: &walk) }) else {
+          passedOver = true
+          break
+        }
+        #expect(found == a.contains(k), "seed \(seed): \(k)")
+      }
+      let missed = a.subtracting(b)
+      let lastOfB = b.max(by: Self.less)
+      let missedBeforeEnd = missed.contains { m in lastOfB.map { Self.less(m, $0) } ?? false }
+      #expect(passedOver == missedBeforeEnd, "seed \(seed)")
+      if !passedOver { #expect(ca.isDone(walk) == missed.isEmpty, "seed \(seed)") }
       // Each candidate compares with any key as the keys themselves do.
       var i = 0
       for g in 0..<ca.groupCount {

@@ -353,6 +353,8 @@ struct TextGenerator {
       } catch let e as RepoError {
         #expect("\(e)".contains("names a record that does not exist"), "\(e)")
       }
+      // Ranked search reads the same candidates: also damage.
+      await #expect(throws: RepoError.self) { try await posts.search("words") }
     }
   }
 

@@ -225,17 +225,21 @@ struct TextCandidates {
     return out
   }
 
-  /// Whether record `key` is one; `cursor` remembers where the last call
-  /// ended, so that calls with ascending keys cost one pass in all.
-  func contains(_ key: UnsafeRawBufferPointer, from cursor: inout (group: Int, member: Int)) -> Bool {
-    while cursor.group < groupCount {
-      let c = compare(cursor.member, group: cursor.group, with: key)
-      if c > 0 { return false }
-      advance(&cursor)
-      if c == 0 { return true }
-    }
-    return false
+  /// Whether record `key` is one, for keys given in ascending order (every
+  /// record's, in a scan); `cursor` remembers where the last call ended,
+  /// so the calls cost one pass in all. Nil when a record before `key` is
+  /// one and was never given: its record does not exist.
+  func contains(_ key: UnsafeRawBufferPointer, from cursor: inout (group: Int, member: Int)) -> Bool? {
+    guard cursor.group < groupCount else { return false }
+    let c = compare(cursor.member, group: cursor.group, with: key)
+    if c < 0 { return nil }
+    if c > 0 { return false }
+    advance(&cursor)
+    return true
   }
+
+  /// Whether `cursor` is past every record.
+  func isDone(_ cursor: (group: Int, member: Int)) -> Bool { cursor.group >= groupCount }
 
   /// The position after `cursor`: the next member, in the next group when
   /// this one is done.

@@ -178,17 +178,33 @@ extension ModelAccess {
       tfs.append(contentsOf: tf)
       lengths.append(length)
     }
+    func missing(_ key: [UInt8]) -> RepoError {
+      RepoError(
+        .decoding, "text index \(text.name) names a record that does not exist", model: space.name,
+        id: Self.describeKey(key))
+    }
     let total = Double(try reader.count(in: space.records))
     if everyRecord || Double(candidates.count) * 8 > total {
       // Every record, or so many that one pass beats a lookup each.
       var at = (group: 0, member: 0)
       try reader.cursor(in: space.records, range: .all).forEach { k, v in
-        if everyRecord || candidates.contains(k, from: &at) { try consider(k, v) }
+        if everyRecord {
+          try consider(k, v)
+          return true
+        }
+        guard let found = candidates.contains(k, from: &at) else {
+          throw missing(candidates.key(at.member, group: at.group))
+        }
+        if found { try consider(k, v) }
         return true
       }
+      if !everyRecord, !candidates.isDone(at) { throw missing(candidates.key(at.member, group: at.group)) }
     } else {
       for k in candidates.keys() {
-        _ = try reader.visitValue(for: k, in: space.records) { v in try k.withUnsafeBytes { try consider($0, v) } }
+        let exists = try reader.visitValue(for: k, in: space.records) { v in
+          try k.withUnsafeBytes { try consider($0, v) }
+        }
+        guard exists else { throw missing(k) }
       }
     }
     guard !keyEnds.isEmpty else { return [] }
