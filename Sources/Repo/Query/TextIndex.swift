@@ -122,26 +122,15 @@ enum TextPostings {
 
   /// The postings a value holds, or nil if it is not a well-formed value.
   static func decode(_ v: UnsafeRawBufferPointer) -> Postings? {
-    guard let first = v.first else { return nil }
-    let n = Int(first) + 1
+    guard let view = PostingsView(v) else { return nil }
     var out = Postings()
-    out.members.reserveCapacity(n)
-    if n < 32 {
-      guard v.count == 1 + 2 * n else { return nil }
-      for i in 1...n {
-        guard i == 1 || v[i] > v[i - 1] else { return nil }
-        out.members.append(v[i])
-      }
-    } else {
-      guard v.count == 1 + 32 + n else { return nil }
-      for i in 0..<32 {
-        let byte = v[1 + i]
-        guard byte != 0 else { continue }
-        for bit in 0..<8 where byte & (1 << bit) != 0 { out.members.append(UInt8(i * 8 + bit)) }
-      }
-      guard out.members.count == n else { return nil }
+    out.members.reserveCapacity(view.count)
+    out.positions.reserveCapacity(view.count)
+    view.forEach { m, p in
+      out.members.append(m)
+      out.positions.append(p)
+      return true
     }
-    out.positions = Array(v[(v.count - n)...])
     return out
   }
 
@@ -214,11 +203,19 @@ enum TextPostings {
   static func replace(old: [Trigram], new: [Trigram], key: [UInt8], keyspace: String, _ tx: WriteTransaction) throws {
     var gone: [Trigram] = []
     var set: [Trigram] = []
-    walkSorted(old, new, key: \.bytes) {
-      switch $0 {
-      case .left(let t): gone.append(t)
-      case .right(let t): set.append(t)
-      case .both(let o, let n): if o.positions != n.positions { set.append(n) }
+    var i = 0
+    var j = 0
+    while i < old.count || j < new.count {
+      if j == new.count || (i < old.count && old[i].bytes.lexicographicallyPrecedes(new[j].bytes)) {
+        gone.append(old[i])
+        i += 1
+      } else if i == old.count || new[j].bytes.lexicographicallyPrecedes(old[i].bytes) {
+        set.append(new[j])
+        j += 1
+      } else {
+        if old[i].positions != new[j].positions { set.append(new[j]) }
+        i += 1
+        j += 1
       }
     }
     try apply(gone, key: key, adding: false, keyspace: keyspace, tx)
@@ -468,37 +465,6 @@ func radixSort(_ values: inout [UInt64]) {
       counts[d] += 1
     }
     swap(&values, &scratch)
-  }
-}
-
-/// One step of walking two ascending lists in step.
-enum SortedStep<T> {
-  /// An element only the first list has.
-  case left(T)
-  /// An element only the second list has.
-  case right(T)
-  /// An element of each with equal keys.
-  case both(T, T)
-}
-
-/// Walks `a` and `b`, both ascending by `key` (bytewise) without
-/// repeats, in step: each element once, pairs of equal keys together.
-@inline(__always)
-func walkSorted<T>(_ a: [T], _ b: [T], key: (T) -> [UInt8], _ step: (SortedStep<T>) -> Void) {
-  var i = 0
-  var j = 0
-  while i < a.count || j < b.count {
-    if j == b.count || (i < a.count && key(a[i]).lexicographicallyPrecedes(key(b[j]))) {
-      step(.left(a[i]))
-      i += 1
-    } else if i == a.count || key(b[j]).lexicographicallyPrecedes(key(a[i])) {
-      step(.right(b[j]))
-      j += 1
-    } else {
-      step(.both(a[i], b[j]))
-      i += 1
-      j += 1
-    }
   }
 }
 
