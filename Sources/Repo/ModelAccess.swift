@@ -255,17 +255,16 @@ where M.ID: Codable & Hashable & Sendable {
         defer { counters.recordsRead.add(read, ordering: .relaxed) }
         var stopped = false
         try c.forEach { k, v in
-          // Past the last candidate the record is not one: positive.
-          let order = at.group < found.groupCount ? found.compare(at.member, group: at.group, with: k) : 1
-          if order < 0 { throw missing(found.key(at.member, group: at.group)) }
-          guard order == 0 else { return true }
-          found.advance(&at)
+          guard let candidate = found.contains(k, from: &at) else {
+            throw missing(found.key(at.member, group: at.group))
+          }
+          guard candidate else { return true }
           read += 1
           if try visit(k, v, nil) { return true }
           stopped = true
           return false
         }
-        if !stopped, at.group < found.groupCount { throw missing(found.key(at.member, group: at.group)) }
+        if !stopped, !found.isDone(at) { throw missing(found.key(at.member, group: at.group)) }
         return
       }
       var keys = found.keys()
