@@ -216,7 +216,12 @@ import Testing
     #expect(TextFolding.servable("日本語") != nil)
     #expect(TextFolding.fold("Crème BRÛLÉE") == "creme brulee")
     #expect(Self.trigrams("abcd") == [Array("abc".utf8), Array("bcd".utf8)])
-    #expect(TextFolding.utf8Contains("aab", "ab") && TextFolding.utf8Contains("crème", "ème"))
-    #expect(!TextFolding.utf8Contains("abc", "abd") && !TextFolding.utf8Contains("ab", "abc"))
+    func found(_ needle: String, in haystack: String, from start: Int = 0) -> Int? {
+      Array(needle.utf8).withUnsafeBytes { n in
+        Array(haystack.utf8).withUnsafeBytes { TextFolding.find(n, in: $0, from: start) }
+      }
+    }
+    #expect(found("ab", in: "aab") == 1 && found("ème", in: "crème") == 2 && found("", in: "x", from: 1) == 1)
+    #expect(found("abd", in: "abc") == nil && found("abc", in: "ab") == nil && found("ab", in: "abab", from: 1) == 2)
   }
 }

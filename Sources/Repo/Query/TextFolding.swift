@@ -177,15 +177,6 @@ enum TextFolding {
     return buffer.withUnsafeBytes { b in needle.withUnsafeBytes { find($0, in: b, from: 0) != nil } }
   }
 
-  /// Whether `needle`'s UTF-8 occurs in `haystack`'s: implied by
-  /// `haystack.contains(needle)`, at the cost of a byte search.
-  static func utf8Contains(_ haystack: String, _ needle: String) -> Bool {
-    var (h, n) = (haystack, needle)
-    return h.withUTF8 { hb in
-      n.withUTF8 { nb in find(UnsafeRawBufferPointer(nb), in: UnsafeRawBufferPointer(hb), from: 0) != nil }
-    }
-  }
-
   /// Where `needle` next occurs in `haystack` at or after `start`; an
   /// empty needle occurs anywhere.
   @inline(__always)
