@@ -372,23 +372,15 @@ where M.ID: Codable & Hashable & Sendable {
     let matches = filter(d.predicate, exact: plan.exact, reader)
     if plan.ordered || d.sortBy.isEmpty {
       let out = Gathered<M>(capacity: min(limit ?? 16, 1024))
-      var skipped = 0
-      try scan(plan, reader) { key, bytes, _ in
-        // Records skipped by the offset are tested, never decoded.
-        if skipped < offset {
-          if try isMatch(matches, key, bytes) { skipped += 1 }
-          return true
-        }
-        // Decoded straight into the results; when the bytes cannot say,
+      try scanInOrder(plan, matches, offset: offset, limit: limit, reader) { key, bytes, check in
+        // Decoded straight into the results; when the bytes could not say,
         // one the predicate (on the model) rejects is dropped again.
-        let verdict = matches.onBytes?(bytes)
-        if verdict == false { return true }
         try out.appendInPlace { try decode(bytes, key: { Array(key) }, into: $0) }
-        if verdict == nil, try !out.withModel(at: out.count - 1, { try matches($0.pointee) }) {
+        if check, try !out.withModel(at: out.count - 1, { try matches($0.pointee) }) {
           out.removeLast()
-          return true
+          return (kept: false, more: true)
         }
-        return limit.map { out.count < $0 } ?? true
+        return (kept: true, more: true)
       }
       return out.take()
     }
@@ -407,6 +399,58 @@ where M.ID: Codable & Hashable & Sendable {
       return true
     }
     return Array(comparator.sort(all).dropFirst(offset))
+  }
+
+  /// Runs a fetch and hands each result to `body` in order, until it
+  /// returns false: one model at a time when the plan yields the order
+  /// (no sort, or one an index serves); a sort the plan cannot serve is
+  /// done first, over every match, as ``fetch(_:_:built:)`` does.
+  func forEach(
+    _ d: FetchDescriptor<M>, _ reader: some KeyValueReader, built: Set<String>, _ body: (M) throws -> Bool
+  ) throws {
+    let plan = Planner.plan(d, space: space, built: built, count: counter(reader))
+    guard plan.ordered || d.sortBy.isEmpty else {
+      for model in try fetch(d, reader, built: built) where try !body(model) { return }
+      return
+    }
+    let limit = d.fetchLimit.map { max(0, $0) }
+    if limit == 0 { return }
+    let matches = filter(d.predicate, exact: plan.exact, reader)
+    let slot = UnsafeMutablePointer<M>.allocate(capacity: 1)
+    defer { slot.deallocate() }
+    try scanInOrder(plan, matches, offset: max(0, d.fetchOffset ?? 0), limit: limit, reader) { key, bytes, check in
+      try decode(bytes, key: { Array(key) }, into: slot)
+      defer { slot.deinitialize(count: 1) }
+      if check, try !matches(slot.pointee) { return (kept: false, more: true) }
+      return (kept: true, more: try body(slot.pointee))
+    }
+  }
+
+  /// The records `plan` yields, in its order, that `matches` accepts on
+  /// their bytes, past the first `offset` such and at most `limit` of them:
+  /// each handed to `take` with `check` true when the bytes could not say
+  /// and the model must be tested. `take` says whether it kept the record
+  /// (a rejected one does not count) and whether to go on.
+  private func scanInOrder(
+    _ plan: Plan<M>, _ matches: CompiledPredicate<M>, offset: Int, limit: Int?, _ reader: some KeyValueReader,
+    _ take: (_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer, _ check: Bool) throws -> (
+      kept: Bool, more: Bool
+    )
+  ) throws {
+    var skipped = 0
+    var kept = 0
+    try scan(plan, reader) { key, bytes, _ in
+      // Records skipped by the offset are tested, never decoded.
+      if skipped < offset {
+        if try isMatch(matches, key, bytes) { skipped += 1 }
+        return true
+      }
+      let verdict = matches.onBytes?(bytes)
+      if verdict == false { return true }
+      let step = try take(key, bytes, verdict == nil)
+      if step.kept { kept += 1 }
+      return step.more && limit.map { kept < $0 } ?? true
+    }
   }
 
   /// The number of matching records: O(log n) when an index range (or no

@@ -431,6 +431,24 @@ where Model.ID: Codable & Hashable & Sendable {
     d.fetchLimit = 1
     return try fetch(d).first
   }
+  /// Each record a descriptor selects, in its order, handed to `body` one
+  /// at a time until `body` returns false: ``fetch(_:)`` without holding
+  /// the results, for results too many to keep or read only once (the way
+  /// a SQLite statement is stepped). A sort no index serves is done first,
+  /// holding every match.
+  ///
+  /// ```swift
+  /// var words = 0
+  /// try store.read { snapshot in
+  ///   try snapshot.repository(Post.self).forEach(FetchDescriptor(predicate: p)) { post in
+  ///     words += post.body.split(separator: " ").count
+  ///     return true
+  ///   }
+  /// }
+  /// ```
+  public func forEach(_ descriptor: FetchDescriptor<Model>, _ body: (Model) throws -> Bool) throws {
+    try access.forEach(descriptor, snapshot, built: try built(), body)
+  }
   /// The records a descriptor selects, decoded a batch at a time.
   public func fetch(_ descriptor: FetchDescriptor<Model>, batchSize: Int) throws -> BatchedResults<Model> {
     try BatchedResults(

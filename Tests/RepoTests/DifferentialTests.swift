@@ -211,6 +211,19 @@ struct PredicateGenerator<R: RecFields> {
       } else {
         #expect(got.map(\.id) == want, "seed \(seed) #\(n) \(R.self): \(plan)")
       }
+      if n % 2 == 0 {
+        // Streamed: the same results in the same order, one at a time;
+        // stopped early, a prefix of them.
+        let stop = gen.int(3) == 0 ? gen.int(got.count + 1) : Int.max
+        var streamed: [Int] = []
+        try store.read { snapshot in
+          try snapshot.repository(R.self).forEach(d) { record in
+            streamed.append(record.id)
+            return streamed.count < stop
+          }
+        }
+        #expect(streamed == Array(got.map(\.id).prefix(max(stop, 1))), "seed \(seed) #\(n) \(R.self) forEach: \(plan)")
+      }
       if n % 4 == 0 {
         let count = try await repo.count(matching: d.predicate)
         #expect(count == wantAll.count, "seed \(seed) #\(n) \(R.self) count")
