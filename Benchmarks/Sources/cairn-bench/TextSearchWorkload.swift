@@ -137,7 +137,14 @@ struct TextSearch: Workload {
       let t = try time {
         for q in terms {
           let p = #Predicate<Post> { $0.title.localizedStandardContains(q) || $0.body.localizedStandardContains(q) }
-          found += try store.read { try $0.repository(Post.self).fetch(FetchDescriptor(predicate: p)).count }
+          // Streamed, one post at a time, as SQLite steps its statement:
+          // each match is decoded into a Post and let go.
+          try store.read { snapshot in
+            try snapshot.repository(Post.self).forEach(FetchDescriptor(predicate: p)) { post in
+              if post.id >= 0 { found += 1 }
+              return true
+            }
+          }
         }
       }
       out.add(
