@@ -18,6 +18,10 @@
 // gives a verdict and the record decodes, evaluating the predicate on the
 // decoded model must agree.
 //
+// Shape 7 also reads the bytes as a text index's postings value (§9.1):
+// what the in-place view accepts, decoding accepts, lists in order,
+// looks up alike and encodes back to the same bytes.
+//
 // Input: shape u8, then the bytes to decode.
 import Foundation
 @_spi(Fuzzing) import Repo
@@ -125,6 +129,7 @@ public enum RecordTarget: FuzzTarget {
       roundTripKey(UUID.self, bytes)
       roundTripKey(Double.self, bytes)
       roundTripKey(Date?.self, bytes)
+      if let problem = TextPostingsCheck.read(bytes).problem { check(false, "text postings: \(problem)") }
     }
   }
 
@@ -219,6 +224,15 @@ public enum RecordTarget: FuzzTarget {
     }
   }
 
+  /// A text-index value of 32 members (0-31, so a bitmap), each with
+  /// positions equal to itself: shape 7's second seed.
+  static let postingsBitmapSeed: [UInt8] = {
+    var value: [UInt8] = [7, 31, 0xFF, 0xFF, 0xFF, 0xFF]
+    value += [UInt8](repeating: 0, count: 28)
+    value += (0..<32).map { UInt8($0) }
+    return value
+  }()
+
   public static func seeds() throws -> [(name: String, bytes: [UInt8])] {
     let date = Date(timeIntervalSinceReferenceDate: 700_000_000.25)
     let uuid = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F") ?? UUID()
@@ -238,6 +252,8 @@ public enum RecordTarget: FuzzTarget {
       ("string-key", [5] + (try KeyEncoding.encode("a\u{0}b\u{301}"))),
       ("struct-key", [6] + (try KeyEncoding.encode(pair))),
       ("uuid-key", [7] + (try KeyEncoding.encode(uuid))),
+      ("postings-list", [7, 2, 3, 9, 200, 0b1, 0b1000_0001, 0xFF]),
+      ("postings-bitmap", postingsBitmapSeed),
     ]
       + (try (0..<6).map { i in ("flat-predicate-\(i)", [UInt8(8 + 2 * i)] + (try RecordCoding.encode(flat))) })
       + (try (0..<5).map { i in ("nested-predicate-\(i)", [UInt8(9 + 2 * i)] + (try RecordCoding.encode(nested))) })

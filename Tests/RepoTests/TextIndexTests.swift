@@ -2,7 +2,7 @@ import Engine
 import EngineTestSupport
 import EnginectlKit
 import Foundation
-import Repo
+@_spi(Fuzzing) import Repo
 import Testing
 
 /// A post with a text index over its title, body and optional subtitle.
@@ -356,6 +356,51 @@ struct TextGenerator {
       // Ranked search reads the same candidates: also damage.
       await #expect(throws: RepoError.self) { try await posts.search("words") }
     }
+  }
+
+  @Test func postingsValuesReadAsFormatDescribesThemAndNothingElseReads() throws {
+    // Values written here from FORMAT.md §9.1, not by the index's encoder:
+    // count less one, the members as a sorted list below 32 or else a
+    // 32-byte bitmap, one byte of positions per member.
+    var rng = SplitMix64(seed: testSeed())
+    for round in 0..<2_000 {
+      let n = round < 256 ? round + 1 : Int(rng.next() % 256) + 1
+      var members = Set<UInt8>()
+      while members.count < n { members.insert(UInt8(truncatingIfNeeded: rng.next())) }
+      let sorted = members.sorted()
+      let positions = sorted.map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+      var value: [UInt8] = [UInt8(n - 1)]
+      if n < 32 {
+        value += sorted
+      } else {
+        var bitmap = [UInt8](repeating: 0, count: 32)
+        for m in sorted { bitmap[Int(m) / 8] |= 1 << (m % 8) }
+        value += bitmap
+      }
+      value += positions
+      let read = TextPostingsCheck.read(value)
+      #expect(read.problem == nil, "\(value): \(read.problem ?? "")")
+      #expect(read.postings?.map(\.member) == sorted)
+      #expect(read.postings?.map(\.positions) == positions)
+
+      // Any one byte changed, one byte more or one fewer: read alike by
+      // every reader or refused by all of them.
+      var changed = value
+      let at = Int(rng.next() % UInt64(value.count))
+      changed[at] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
+      for damaged in [changed, value + [0], Array(value.dropLast())] {
+        let r = TextPostingsCheck.read(damaged)
+        #expect(r.problem == nil, "\(damaged): \(r.problem ?? "")")
+      }
+      #expect(TextPostingsCheck.read(Array(value.dropLast())).postings == nil, "a short value read")
+      if n > 1 && n < 32 {
+        // Members out of order are refused.
+        var swapped = value
+        swapped.swapAt(1, 2)
+        #expect(TextPostingsCheck.read(swapped).postings == nil, "members out of order read: \(swapped)")
+      }
+    }
+    #expect(TextPostingsCheck.read([]).postings == nil)
   }
 
   @Test func stringIdsOfEveryLengthAreFoundInKeyOrder() async throws {

@@ -69,3 +69,35 @@ public enum RecordValueCheck {
     return (written, again == value && again.recordBytes() == written)
   }
 }
+
+/// For the record fuzz target only: a stored text-index value (FORMAT.md
+/// §9.1) read the ways the index reads it.
+@_spi(Fuzzing)
+public enum TextPostingsCheck {
+  /// The members `value` holds with their positions (nil when it is not a
+  /// well-formed value), and what is wrong with how it reads (nil when
+  /// nothing is): a value the in-place view rejects must not decode
+  /// either; one it accepts must list its members strictly ascending,
+  /// answer every member lookup as the listing does, and encode back to
+  /// exactly its own bytes (each set of members has one encoding).
+  public static func read(_ value: [UInt8]) -> (postings: [(member: UInt8, positions: UInt8)]?, problem: String?) {
+    value.withUnsafeBytes { v in
+      guard let view = PostingsView(v) else {
+        return (nil, TextPostings.decode(v) == nil ? nil : "the view rejects a value decode accepts")
+      }
+      guard let p = TextPostings.decode(v) else { return (nil, "decode rejects a value the view accepts") }
+      let listed = Array(zip(p.members, p.positions))
+      guard p.members.count == view.count else {
+        return (listed, "\(view.count) members counted, \(p.members.count) listed")
+      }
+      for i in p.members.indices.dropFirst() where p.members[i - 1] >= p.members[i] {
+        return (listed, "members not ascending at \(i)")
+      }
+      for m in 0...UInt8.max where view.positions(of: m) != p.positions(of: m) {
+        return (listed, "member \(m): the lookup and the listing disagree")
+      }
+      let again = TextPostings.encode(p)
+      return (listed, again == value ? nil : "encodes to \(again), read from \(value)")
+    }
+  }
+}
