@@ -176,6 +176,56 @@ enum NoteMigrations {
     #expect(try await store.repository(NoteV3.self).get(3) == NoteMigrations.v3(3))
   }
 
+  @Test func aStepCanMergeTwoModelsIntoOne() async throws {
+    let folder = try Self.fixture("notes-v1")
+    // First the tags move out into their own model...
+    var steps = NoteMigrations.v3Steps
+    steps.register("tags as records") { m in
+      try m.forEach(NoteV3.self) { note in
+        for t in note.tags { try m.insert(NoteTag(id: "\(note.id)/\(t)", note: note.id, tag: t)) }
+      }
+      try m.transform(NoteV3.self, to: NoteV3.self) { n in
+        var n = n
+        n.tags = []
+        n.tagCount = 0
+        return n
+      }
+    }
+    do {
+      let store = try Store.open(
+        at: folder.path, schema: Schema([.model(NoteV3.self), .model(NoteTag.self)], migrations: steps))
+      #expect(try await store.repository(NoteTag.self).count() == 200)
+      #expect(try await store.repository(NoteV3.self).get(4)?.tags == [])
+      try store.close()
+    }
+    // ...then a later version merges them back, reading both models, and
+    // drops the second.
+    steps.register("tags back into notes") { m in
+      var byNote: [Int: [String]] = [:]
+      try m.forEach(NoteTag.self) { byNote[$0.note, default: []].append($0.tag) }
+      #expect(try m.deleteAll(of: "NoteTag") == 200)
+      try m.transform(NoteV3.self, to: NoteV3.self) { n in
+        var n = n
+        n.tags = byNote[n.id, default: []]
+        n.tagCount = n.tags.count
+        return n
+      }
+    }
+    let store = try Store.open(at: folder.path, schema: Schema([.model(NoteV3.self)], migrations: steps))
+    defer { try? store.close() }
+    let notes = try await store.repository(NoteV3.self).fetch(FetchDescriptor(sortBy: [SortDescriptor(\.id)]))
+    #expect(notes.count == 200)
+    for note in notes {
+      var expected = NoteMigrations.v3(note.id)
+      expected.tags.sort()
+      var merged = note
+      merged.tags.sort()
+      #expect(merged == expected)
+    }
+    #expect(store.schemaChanges.filter { $0.kind == .migrated }.count == 1)
+    #expect(try await store.repository(NoteTag.self).count() == 0)
+  }
+
   @Test func aFailingStepRollsBackAndRunsAgainNextTime() async throws {
     let folder = try Self.fixture("notes-v1")
     var steps = NoteMigrations.v2Steps
