@@ -119,6 +119,16 @@ final class CairnModels: ModelSystem {
     return try store.read { try $0.repository(Item.self).explain(d) }
   }
 
+  func explainSearch(_ q: String) throws -> String {
+    try store.read {
+      try $0.repository(Item.self).explain(
+        FetchDescriptor(
+          predicate: #Predicate<Item> {
+            $0.title.localizedStandardContains(q) || ($0.note ?? "").localizedStandardContains(q)
+          }))
+    }
+  }
+
   func close() throws { try store.close() }
 }
 
@@ -305,7 +315,8 @@ enum ModelWorkloads {
     }
     add(
       "\(terms.count) searches: title or note contains a word, any case", tSearch, terms.count,
-      "\(searched.reduce(0, +)) matches; SQLite LIKE '%q%'")
+      "\(searched.reduce(0, +)) matches; SQLite LIKE '%q%'"
+        + ((s as? CairnModels).flatMap { try? $0.explainSearch(terms[0]) }.map { "; " + $0 } ?? ""))
 
     var updated = 0
     let tUpdate = try time { updated = try s.updatePriority(3) }

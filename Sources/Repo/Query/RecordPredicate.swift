@@ -544,6 +544,8 @@ private struct Operands {
   let field: RecordField?
   let constant: ByteValue?
   let fieldOnLeft: Bool
+  /// The right side when it is a constant, whatever the left side is.
+  let rightConstant: ByteValue?
 
   init?<M>(_ l: ByteExpr?, _ r: ByteExpr?, _ c: ByteCompiler<M>) {
     guard case .value(let a, let ka, let ea, let fa, let ca)? = l,
@@ -553,6 +555,7 @@ private struct Operands {
       return nil
     }
     (self.a, self.b, kind, isEnum) = (a, b, ka ?? kb, ea || eb)
+    rightConstant = cb
     if let fa, let cb {
       (field, constant, fieldOnLeft) = (fa, cb, true)
     } else if let fb, let ca {
@@ -674,11 +677,14 @@ extension PredicateExpressions.ForcedUnwrap: ByteCompilable {
 extension PredicateExpressions.StringLocalizedStandardContains: ByteCompilable {
   func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
     guard let o = Operands(Repo.byteCompile(root, c), Repo.byteCompile(other, c), c) else { return nil }
-    // A field searched for a constant term (the usual shape): the term
-    // prepared once.
-    if let field = o.field, o.fieldOnLeft, case .bytes(let n)? = o.constant {
+    // Text searched for a constant term (the usual shape): the term
+    // prepared once, whether the text is a field or an expression such as
+    // `($0.note ?? "")`.
+    if case .bytes(let n)? = o.rightConstant {
       let term = LocalizedTerm(n)
-      return .test { r in term.isIn(field.read(r)) }
+      if let field = o.field, o.fieldOnLeft { return .test { r in term.isIn(field.read(r)) } }
+      let a = o.a
+      return .test { r in term.isIn(a(r)) }
     }
     return .test(o.test { a, b, _ in byteLocalizedContains(a, b) })
   }
