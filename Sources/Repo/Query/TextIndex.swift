@@ -222,6 +222,26 @@ enum TextPostings {
     try apply(set, key: key, adding: true, keyspace: keyspace, tx)
   }
 
+  /// How many records an entry range holds, from the member counts of a
+  /// few entries spread evenly over it (each a descent by rank): the
+  /// postings are read in order of this estimate.
+  static func estimatedMembers(groups n: UInt64, _ range: KeyRange, keyspace: String, _ reader: some KeyValueReader)
+    throws -> Double
+  {
+    let samples = min(n, sampleCount)
+    let cursor = try reader.cursor(in: keyspace, range: range)
+    var members = 0
+    for i in 0..<samples {
+      // The middle of each of `samples` equal slices.
+      try cursor.seek(toOffset: (2 * i + 1) * n / (2 * samples))
+      try cursor.next { _, v in members += v.isEmpty ? 0 : Int(v[0]) + 1 }
+    }
+    return Double(members) / Double(samples) * Double(n)
+  }
+
+  /// How many entries ``estimatedMembers(groups:_:keyspace:_:)`` reads.
+  static let sampleCount: UInt64 = 8
+
   /// How many entries (groups of records) `trigram` has: O(log n).
   static func groups(_ trigram: [UInt8], keyspace: String, _ count: (String, KeyRange) -> Double?) -> Double? {
     count(keyspace, .prefix(prefix(trigram)))
@@ -253,13 +273,16 @@ enum TextPostings {
     -> TextCandidates
   {
     guard !term.trigrams.isEmpty else { return TextCandidates() }
-    var sized: [(index: Int, groups: UInt64)] = []
+    var sized: [(index: Int, groups: UInt64, members: Double)] = []
     for (i, t) in term.trigrams.enumerated() {
-      let n = try reader.count(in: keyspace, range: .prefix(prefix(t)))
+      let range = KeyRange.prefix(prefix(t))
+      let n = try reader.count(in: keyspace, range: range)
       if n == 0 { return TextCandidates() }
-      sized.append((i, n))
+      sized.append((i, n, try estimatedMembers(groups: n, range, keyspace: keyspace, reader)))
     }
-    sized.sort { $0.groups < $1.groups }
+    // The fewest records first: a trigram of common text has an entry in
+    // nearly every group, so entries alone do not tell trigrams apart.
+    sized.sort { ($0.members, $0.groups) < ($1.members, $1.groups) }
     var found = TextCandidates()
     let firstIndex = sized[0].index
     let first = prefix(term.trigrams[firstIndex])
@@ -274,7 +297,7 @@ enum TextPostings {
       found.endGroup(k[first.count...], since: mark)
       return true
     }
-    for (index, n) in sized.dropFirst() {
+    for (index, n, _) in sized.dropFirst() {
       if found.isEmpty { break }
       let p = prefix(term.trigrams[index])
       var kept = TextCandidates()
