@@ -269,11 +269,16 @@ where M.ID: Codable & Hashable & Sendable {
       }
       var keys = found.keys()
       if reverse { keys.reverse() }
+      // In key order, neighbours often share a leaf: the cursor finds them
+      // there without a descent.
+      let records = try reader.cursor(in: space.records, range: .all)
       for k in keys {
         var more = true
-        let exists = try reader.visitValue(for: k, in: space.records) { v in
-          counters.recordsRead.add(1, ordering: .relaxed)
-          more = try k.withUnsafeBytes { try visit($0, v, nil) }
+        let exists = try k.withUnsafeBytes { key in
+          try records.visitValue(forKey: key) { v in
+            counters.recordsRead.add(1, ordering: .relaxed)
+            more = try visit(key, v, nil)
+          }
         }
         guard exists else { throw missing(k) }
         if !more { break }

@@ -326,6 +326,39 @@ import Testing
     #expect(none == 0)
   }
 
+  @Test func lookupsFromTheCursorsPathFindWhatGetFinds() throws {
+    // Even keys only (odd ones are absent), one large value, a checkpoint
+    // so the nodes come from the file, then more writes in memory.
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 512))
+    try db.write { tx in for i in stride(from: 0, to: 6_000, by: 2) { try tx.put(key(i), b("v\(i)"), in: "ks") } }
+    try db.checkpoint()
+    try db.write { tx in
+      try tx.put(key(2_500), [UInt8](repeating: 7, count: 5_000), in: "ks")
+      for i in stride(from: 4_000, to: 4_400, by: 2) { try tx.put(key(i), b("w\(i)"), in: "ks") }
+    }
+    let snap = try db.snapshot()
+    var rng = SplitMix64(seed: 9)
+    let asked = (0..<3_000).map { _ in Int(rng.next() % 6_200) }
+    for (name, order) in [("ascending", asked.sorted()), ("descending", asked.sorted().reversed()), ("random", asked)] {
+      for range in [KeyRange.all, KeyRange(from: key(1_000), to: key(5_000))] {
+        let c = try snap.cursor(in: "ks", range: range)
+        for i in order {
+          var got: [UInt8]?
+          let found = try key(i).withUnsafeBytes { k in try c.visitValue(forKey: k) { got = Array($0) } }
+          let inRange = range.contains(key(i))
+          let want = inRange ? try snap.get(key(i), in: "ks") : nil
+          #expect(found == (want != nil) && got == want, "\(name) \(i)")
+          // Left before the first entry >= the key (when it is in range).
+          if inRange {
+            let next = try snap.entries(in: "ks", range: KeyRange(from: key(i), to: range.upper)).first
+            #expect(try c.next()?.key == next?.key, "\(name) \(i): position")
+          }
+        }
+      }
+    }
+  }
+
   @Test func seekToOffsetUsesCounts() throws {
     let db = try Self.database(5_000)
     let snap = try db.snapshot()

@@ -76,6 +76,63 @@ public final class Cursor {
     try descend(to: key)
   }
 
+  /// Calls `body` with the value stored under `key` without copying it,
+  /// and returns whether there is one; the cursor is left before the first
+  /// entry >= `key`. A key outside the range is absent.
+  ///
+  /// The lookup starts from the cursor's own path: where the key's route
+  /// from the root passes through the nodes the cursor already holds, they
+  /// are not read again. Keys asked in ascending order (the records of an
+  /// index or text lookup) often share a leaf, which is then searched
+  /// without a descent.
+  public func visitValue(forKey key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void)
+    throws -> Bool
+  {
+    if let lower = range.lower, lower.withUnsafeBytes({ compareBytes(key, $0) }) < 0 { return false }
+    if let upper = range.upper, upper.withUnsafeBytes({ compareBytes(key, $0) }) >= 0 { return false }
+    try descend(reusingPathTo: key)
+    guard let l = leaf, index < l.count, l.withKey(at: index, { compareBytes($0, key) }) == 0 else { return false }
+    try l.withValue(at: index, store: ctx.store, body)
+    return true
+  }
+
+  /// Moves before the first entry >= `key`, taking from the current path
+  /// every node the key's route shares with it.
+  private func descend(reusingPathTo key: UnsafeRawBufferPointer) throws {
+    try checkOpen()
+    guard let current = leaf, let root = tree.root else { return try descend(to: Array(key)) }
+    leavesStepped = 0
+    // The path starts at the root (or the cursor is in a root leaf).
+    var node: Node = path.first.map { .branch($0.branch) } ?? .leaf(current)
+    if path.isEmpty, tree.height > 1 { node = try tree.rootNode(root, ctx) }
+    var depth = 0
+    var same = true
+    while true {
+      switch node {
+      case .leaf(let l):
+        if depth < path.count { path.removeSubrange(depth...) }
+        leaf = l
+        index = l.find(key).index
+        return
+      case .branch(let b):
+        let i = b.childIndex(for: key)
+        if same, depth < path.count, path[depth].branch === b, path[depth].index == i {
+          depth += 1
+          node = depth < path.count ? .branch(path[depth].branch) : .leaf(current)
+          continue
+        }
+        same = false
+        if depth < path.count {
+          path[depth] = (b, i)
+        } else {
+          path.append((b, i))
+        }
+        depth += 1
+        node = try ctx.resolve(b.children[i], level: b.level - 1)
+      }
+    }
+  }
+
   /// Moves before the entry that is `offset` entries past the start of the
   /// range (after the last one if there are fewer). Costs O(height), using
   /// the subtree counts of branch nodes.

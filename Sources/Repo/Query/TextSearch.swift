@@ -200,10 +200,10 @@ extension ModelAccess {
       }
       if !everyRecord, !candidates.isDone(at) { throw missing(candidates.key(at.member, group: at.group)) }
     } else {
+      // In key order: neighbours sharing a leaf are found without a descent.
+      let records = try reader.cursor(in: space.records, range: .all)
       for k in candidates.keys() {
-        let exists = try reader.visitValue(for: k, in: space.records) { v in
-          try k.withUnsafeBytes { try consider($0, v) }
-        }
+        let exists = try k.withUnsafeBytes { key in try records.visitValue(forKey: key) { try consider(key, $0) } }
         guard exists else { throw missing(k) }
       }
     }
