@@ -242,6 +242,39 @@ import Testing
     #expect(v2.nickname == nil)
   }
 
+  @Test func constantsComputedInAPredicateAreComputedOnceAndServedByIndexesAndBytes() async throws {
+    let store = try Store.inMemory()
+    let recs = store.repository(Rec.self)
+    let all = (0..<2_000).map {
+      Rec(
+        id: $0, score: $0 % 100, name: "n\($0 % 37)", rating: Double($0 % 13) / 2, tag: $0 % 3 == 0 ? nil : "t\($0 % 5)",
+        active: $0 % 2 == 0, created: day($0))
+    }
+    try await recs.insert(contentsOf: all)
+    let c = 1_234
+    let names = ["n3", "n4"]
+    let half = 1.5
+    // An indexed field compared with arithmetic of captured values: an
+    // index read, as for a plain constant, not a scan.
+    let byScore = FetchDescriptor<Rec>(predicate: #Predicate { $0.score == c % 100 })
+    #expect(try recs.explain(byScore).contains("index scan Rec#index:score"))
+    #expect(try await recs.fetch(byScore).map(\.id) == all.filter { $0.score == 34 }.map(\.id))
+    let range = FetchDescriptor<Rec>(predicate: #Predicate { $0.score >= c / 100 - 2 && $0.score < c / 100 + 2 })
+    #expect(try recs.explain(range).contains("index scan Rec#index:score"))
+    #expect(try await recs.fetch(range).map(\.id).sorted() == all.filter { (10..<14).contains($0.score) }.map(\.id))
+    // Unindexed: tested on the record bytes, not decoded and evaluated.
+    let unindexed = FetchDescriptor<Rec>(
+      predicate: #Predicate { $0.rating == half * 3 && $0.tag != names[1] })
+    #expect(try recs.explain(unindexed).contains("on record bytes"))
+    #expect(
+      try await recs.fetch(unindexed).map(\.id)
+        == all.filter { $0.rating == 4.5 && $0.tag != "n4" }.map(\.id))
+    // Arithmetic on a field still reads the field for every record.
+    let onField = FetchDescriptor<Rec>(predicate: #Predicate { $0.score + 1 == c % 100 })
+    #expect(try recs.explain(onField).contains("full scan"))
+    #expect(try await recs.fetch(onField).map(\.id) == all.filter { $0.score == 33 }.map(\.id))
+  }
+
   @Test func sortPlusLimitOnAnIndexReadsOnlyLimitRecords() async throws {
     let store = try Store.inMemory()
     let todos = store.repository(Todo.self)

@@ -159,13 +159,29 @@ func isFloatingPoint(_ keyPath: AnyKeyPath) -> Bool {
 
 /// A comparison of a key path with a constant, either way round.
 private func condition(_ lhs: Any, _ rhs: Any, _ op: Condition.Op) -> Analysis {
-  if let kp = (lhs as? any KeyPathExpression)?.modelKeyPath, let c = rhs as? any ConstantExpression {
-    return .single(Condition(keyPath: kp, op: op, value: c.constant))
+  if let kp = (lhs as? any KeyPathExpression)?.modelKeyPath, let c = constantValue(rhs) {
+    return .single(Condition(keyPath: kp, op: op, value: c))
   }
-  if let kp = (rhs as? any KeyPathExpression)?.modelKeyPath, let c = lhs as? any ConstantExpression {
-    return .single(Condition(keyPath: kp, op: op.flipped, value: c.constant))
+  if let kp = (rhs as? any KeyPathExpression)?.modelKeyPath, let c = constantValue(lhs) {
+    return .single(Condition(keyPath: kp, op: op.flipped, value: c))
   }
   return .opaque
+}
+
+/// The value of an expression that does not read the predicate's input:
+/// a literal or captured value, or one computed from such values
+/// (`c % 100`, `limit - 1`, `names[0]`), evaluated here, once, rather than
+/// for every record. Nil for anything that reads the input (its variable
+/// is unbound here, so evaluating it throws) or fails to evaluate.
+func constantValue(_ expression: Any) -> Any? {
+  if let c = expression as? any ConstantExpression { return c.constant }
+  if expression is any KeyPathExpression { return nil }
+  guard let e = expression as? any PredicateExpression else { return nil }
+  return evaluatedWithoutInput(e)
+}
+
+private func evaluatedWithoutInput<E: PredicateExpression>(_ e: E) -> Any? {
+  try? e.evaluate(PredicateBindings())
 }
 
 extension PredicateExpressions.Equal: PlannableExpression {

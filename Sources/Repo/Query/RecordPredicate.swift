@@ -295,6 +295,8 @@ protocol ByteCompilable {
 /// `expression` compiled, or nil.
 func byteCompile<E, M>(_ expression: E, _ c: ByteCompiler<M>) -> ByteExpr? {
   guard let e = expression as? any ByteCompilable else {
+    // `c % 100`: computed once, then a constant like any other.
+    if let value = constantValue(expression) { return byteCompileConstant(value, type: E.self, c) }
     c.fail("\(shortTypeName(E.self)) is evaluated on the decoded model")
     return nil
   }
@@ -503,29 +505,32 @@ extension PredicateExpressions.KeyPath: ByteCompilable {
 }
 
 extension PredicateExpressions.Value: ByteCompilable {
-  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
-    if c.gathering {
-      c.values.append(value)  // ProbeSession keeps the enums' values
-      return .value({ _ in .undecided }, kind: nil, isEnum: false)
-    }
-    if let b = value as? Bool { return .test({ _ in b }) }
-    guard let pv = ProbeValue.of(value) else {
-      c.fail("a constant of type \(Output.self)")
-      return nil
-    }
-    let v: ByteValue
-    switch pv {
-    case nil: v = .null
-    case .int(let x): v = .int(x)
-    case .uint(let x): v = .uint(x)
-    case .float(let bits): v = .double(Double(bitPattern: bits))
-    case .bool(let x): v = .bool(x)
-    case .string(let s): v = .bytes(c.storage.keep(Array(s.utf8)))
-    case .data(let d): v = .bytes(c.storage.keep(d))
-    case .uuid(let u): v = .bytes(withUnsafeBytes(of: u.uuid) { c.storage.keep(Array($0)) })
-    }
-    return .value({ _ in v }, kind: nil, isEnum: false, constant: v)
+  func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? { byteCompileConstant(value, type: Output.self, c) }
+}
+
+/// A constant (of type `type`, for messages) compiled.
+func byteCompileConstant<M>(_ value: Any, type: Any.Type, _ c: ByteCompiler<M>) -> ByteExpr? {
+  if c.gathering {
+    c.values.append(value)  // ProbeSession keeps the enums' values
+    return .value({ _ in .undecided }, kind: nil, isEnum: false)
   }
+  if let b = value as? Bool { return .test({ _ in b }) }
+  guard let pv = ProbeValue.of(value) else {
+    c.fail("a constant of type \(type)")
+    return nil
+  }
+  let v: ByteValue
+  switch pv {
+  case nil: v = .null
+  case .int(let x): v = .int(x)
+  case .uint(let x): v = .uint(x)
+  case .float(let bits): v = .double(Double(bitPattern: bits))
+  case .bool(let x): v = .bool(x)
+  case .string(let s): v = .bytes(c.storage.keep(Array(s.utf8)))
+  case .data(let d): v = .bytes(c.storage.keep(d))
+  case .uuid(let u): v = .bytes(withUnsafeBytes(of: u.uuid) { c.storage.keep(Array($0)) })
+  }
+  return .value({ _ in v }, kind: nil, isEnum: false, constant: v)
 }
 
 extension PredicateExpressions.NilLiteral: ByteCompilable {
