@@ -247,8 +247,8 @@ import Testing
     let recs = store.repository(Rec.self)
     let all = (0..<2_000).map {
       Rec(
-        id: $0, score: $0 % 100, name: "n\($0 % 37)", rating: Double($0 % 13) / 2, tag: $0 % 3 == 0 ? nil : "t\($0 % 5)",
-        active: $0 % 2 == 0, created: day($0))
+        id: $0, score: $0 % 100, name: "n\($0 % 37)", rating: Double($0 % 13) / 2,
+        tag: $0 % 3 == 0 ? nil : "t\($0 % 5)", active: $0 % 2 == 0, created: day($0))
     }
     try await recs.insert(contentsOf: all)
     let c = 1_234
