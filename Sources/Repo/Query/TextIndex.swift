@@ -234,7 +234,8 @@ enum TextPostings {
     for i in 0..<samples {
       // The middle of each of `samples` equal slices.
       try cursor.seek(toOffset: (2 * i + 1) * n / (2 * samples))
-      try cursor.next { _, v in members += v.isEmpty ? 0 : Int(v[0]) + 1 }
+      // A value that does not read counts none: the lookup itself reports it.
+      try cursor.next { _, v in members += PostingsView(v)?.count ?? 0 }
     }
     return Double(members) / Double(samples) * Double(n)
   }
