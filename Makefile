@@ -4,7 +4,7 @@
 # Every target installs the Debian packages it needs first.
 
 SWIFT ?= swift
-LIB_PACKAGES   := liblz4-dev libxxhash-dev
+LIB_PACKAGES   := liblz4-dev libxxhash-dev libssl-dev
 BENCH_PACKAGES := $(LIB_PACKAGES) libsqlite3-dev liblmdb-dev
 
 .PHONY: deps bench-deps demo test test-tsan bench bench-quick fuzz fuzz-check fuzz-merge format lint clean

@@ -2,8 +2,9 @@
 //
 // Cairn: an embedded storage engine for Swift.
 //
-// The library links only liblz4 (node compression) and libxxhash (checksums),
-// both from Debian packages through system-library targets. The benchmark
+// The library links only liblz4 (node compression), libxxhash (checksums)
+// and libcrypto (encryption at rest), all from Debian packages through
+// system-library targets. The benchmark
 // harness, which also links SQLite and LMDB, is its own package in Benchmarks/.
 
 import PackageDescription
@@ -24,6 +25,12 @@ let package = Package(
       path: "Sources/CLZ4",
       providers: [.apt(["liblz4-dev"])]
     ),
+    // AES-256-GCM, PBKDF2 and random bytes for encrypted stores (libcrypto).
+    .systemLibrary(
+      name: "CCrypto",
+      path: "Sources/CCrypto",
+      providers: [.apt(["libssl-dev"])]
+    ),
     .systemLibrary(
       name: "CXXHash",
       path: "Sources/CXXHash",
@@ -32,7 +39,7 @@ let package = Package(
     // Atomic loads and stores: on the coordination file's shared mapping
     // (Engine), and on where byte predicates last found a field (Repo).
     .target(name: "CAtomics", path: "Sources/CAtomics"),
-    .target(name: "Engine", dependencies: ["CLZ4", "CXXHash", "CAtomics"]),
+    .target(name: "Engine", dependencies: ["CLZ4", "CXXHash", "CAtomics", "CCrypto"]),
     .target(name: "Repo", dependencies: ["Engine", "CAtomics", "CXXHash"]),
     .target(name: "EngineTestSupport", dependencies: ["Engine"]),
     // enginectl's commands, as a library the executable, the tests and the

@@ -90,7 +90,8 @@ extension Database {
 
     // 5. A fresh WAL continuing from this commit.
     let log = try WALWriter.prepare(
-      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset))
+      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset),
+      cipher: hold.state.store.cipher)
     counters.walSyncs.add(1)
     let wal: WALWriter
     do {
@@ -236,7 +237,8 @@ struct CheckpointWriter {
   private mutating func append(_ kind: BlockKind, _ payload: [UInt8]) throws -> DiskRef {
     let offset = position
     let before = buffer.count
-    BlockFraming.frame(kind: kind, payload: payload, at: offset, compressor: compressor, into: &buffer)
+    try BlockFraming.frame(
+      kind: kind, payload: payload, at: offset, compressor: compressor, cipher: target.cipher, into: &buffer)
     let length = buffer.count - before
     position += UInt64(length)
     if buffer.count >= Self.flushSize { try flush() }
@@ -270,8 +272,11 @@ struct CheckpointWriter {
     }
     let offset = position
     let record = CommitRecord(sequence: sequence, previous: previous, timestamp: currentMilliseconds(), roots: roots)
-    let block = BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset)
+    let sealing = target.cipher == nil ? 0 : BlockCipher.overhead
+    var block: [UInt8] = []
+    try BlockFraming.frame(
+      kind: .commit, payload: record.encode { BlockLayout.header + sealing + $0 }, at: offset, compressor: nil,
+      cipher: target.cipher, into: &block)
     try target.file.write(block, at: offset)
     counters.dataBytesWritten.add(block.count)
     try target.file.sync()

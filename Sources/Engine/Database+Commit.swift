@@ -63,7 +63,7 @@ extension Database {
 
     // 1. Append the record.
     let wal = pipeline.withLock { $0.wal }
-    let record = wal.record(for: log, sequence: sequence)
+    let record = try wal.record(for: log, sequence: sequence)
     let end: UInt64
     do {
       end = try wal.write(record)

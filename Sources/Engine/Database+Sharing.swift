@@ -110,6 +110,17 @@ extension Database {
     adopt(holding: hold)
   }
 
+  /// What turns the header of a data file this handle opens into its
+  /// cipher: this handle's key, reused while it still opens the file's key
+  /// block (another process may have rekeyed it).
+  func unlocker(for file: any StorageFile) -> (DataFileHeader) throws -> BlockCipher? {
+    let known = current.store.cipher
+    let encryption = self.encryption.withLock { $0 }
+    return { header in
+      try KeyBlock.cipher(for: file, header: header, encryption: encryption, reusing: known)
+    }
+  }
+
   /// Makes the published version the writer's starting point, and the log
   /// it ends in the one commits append to.
   private func adopt(holding hold: borrowing WriterGate.Hold) {
@@ -123,7 +134,8 @@ extension Database {
     let durable = coordination?.read(storeID: storeID, boot: boot)?.state.walDurable ?? version.log.walEnd
     pipeline.withLock(when: { !$0.syncing }) { p in
       guard p.wal.salt != header.salt || p.wal.written != version.log.walEnd else { return }
-      p.wal = WALWriter(file: file, header: header, end: version.log.walEnd, durable: durable)
+      p.wal = WALWriter(
+        file: file, header: header, cipher: version.store.cipher, end: version.log.walEnd, durable: durable)
     }
   }
 
@@ -134,7 +146,9 @@ extension Database {
   /// gate and the write lock.
   private func repair(holding hold: borrowing WriterGate.Hold, shared: SharedState?) throws {
     let data = try fs.open(dataPath, .readWrite)
-    let (plan, wal) = try RecoveryPlan.read(dataFile: data) { try fs.open(walPath, .readWrite) }
+    let (plan, wal) = try RecoveryPlan.read(dataFile: data, unlock: unlocker(for: data)) {
+      try fs.open(walPath, .readWrite)
+    }
     if plan.tornDataBytes > 0 {
       try data.truncate(to: plan.checkpoint.end)
       try data.sync()
@@ -144,7 +158,8 @@ extension Database {
     }
     try wal.sync()
     let generation = (shared?.dataGeneration ?? 0) &+ 1
-    let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+    let store = NodeStore(
+      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher)
     let trees = try Recovery.trees(of: plan, store: store, options: options, owner: nextGeneration(), walPath: walPath)
     let version = Version(
       sequence: plan.lastSequence, trees: trees, store: store, checkpoint: plan.checkpoint.info,
@@ -210,10 +225,11 @@ extension Database {
   /// renaming a file and announcing it). The next writer repairs it.
   private func followFiles() throws {
     let data = try fs.open(dataPath, options.readOnly ? .readOnly : .readWrite)
-    let (plan, wal) = try RecoveryPlan.read(dataFile: data) {
+    let (plan, wal) = try RecoveryPlan.read(dataFile: data, unlock: unlocker(for: data)) {
       try fs.open(walPath, options.readOnly ? .readOnly : .readWrite)
     }
-    let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+    let store = NodeStore(
+      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher)
     let trees = try Recovery.trees(of: plan, store: store, options: options, owner: nextGeneration(), walPath: walPath)
     let version = Version(
       sequence: plan.lastSequence, trees: trees, store: store, checkpoint: plan.checkpoint.info,
@@ -273,9 +289,23 @@ extension Database {
         store = base.store
       } else {
         let file = try fs.open(dataPath, options.readOnly ? .readOnly : .readWrite)
-        store = NodeStore(file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+        guard let header = try? RecoveryPlan.readDataHeader(file) else {
+          file.close()
+          throw Moved()
+        }
+        let cipher: BlockCipher?
+        do {
+          cipher = try unlocker(for: file)(header)
+        } catch {
+          file.close()
+          throw error
+        }
+        store = NodeStore(
+          file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
       }
-      guard let found = try? RecoveryPlan.readCommit(store.file, at: shared.checkpointOffset.rawValue),
+      guard
+        let found = try? RecoveryPlan.readCommit(
+          store.file, at: shared.checkpointOffset.rawValue, cipher: store.cipher),
         found.record.sequence == shared.checkpointSequence, found.end == shared.dataFileEnd
       else { throw Moved() }
       var trees: [String: TreeRoot] = [:]
@@ -362,7 +392,7 @@ extension Database {
         log: LogPosition(walSalt: salt, walEnd: end, dataGeneration: version.log.dataGeneration))
     }
     do {
-      _ = try WALReader.scan(bytes, base: base, salt: salt, path: walPath) { record in
+      _ = try WALReader.scan(bytes, base: base, salt: salt, path: walPath, cipher: version.store.cipher) { record in
         if partial && record.sequence > through { throw Moved() }
         if record.sequence > skippingThrough || sequence != version.sequence {
           guard record.sequence == sequence.next else {

@@ -99,6 +99,9 @@ public final class Database: Sendable {
 
   /// Change subscriptions (``subscribe(bufferLimit:)``).
   let subscribers = Subscribers()
+  /// The key or passphrase this handle opens data files with: the options',
+  /// until ``rekey(to:)`` changes it.
+  let encryption: Locked<Encryption?>
 
   /// What new snapshots see.
   struct Published {
@@ -122,6 +125,7 @@ public final class Database: Sendable {
     self.dataPath = Path.join(path, StoreFiles.data)
     self.walPath = Path.join(path, StoreFiles.wal)
     self.writeLock = writeLock
+    self.encryption = Locked(options.encryption)
     self.gate = WriterGate(writer)
     self.pipeline = LockedCondition(CommitPipeline(wal: wal))
     self.follower = Locked(Follower(word: word, wal: wal.file, walHeader: wal.header))

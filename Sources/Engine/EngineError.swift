@@ -43,6 +43,14 @@ public struct EngineError: Error, CustomStringConvertible, Sendable {
     case notAStore
     /// The files were written by a newer, unknown format version.
     case unsupportedFormat
+    /// The store is encrypted and the key or passphrase given does not open
+    /// it, or none was given (``Options/encryption``); or a key was given for
+    /// a store that is not encrypted.
+    case wrongKey
+    /// A block or WAL record of an encrypted store fails authentication:
+    /// its bytes were changed after they were written (FORMAT.md §11, rule
+    /// F-16). The error names the file and offset; no data from it is used.
+    case authenticationFailed
   }
 
   /// What kind of failure this is.
@@ -90,7 +98,7 @@ public struct EngineError: Error, CustomStringConvertible, Sendable {
   }
 }
 
-/// A rule of the well-formedness checklist, FORMAT.md §7 ("F-1" to "F-15").
+/// A rule of the well-formedness checklist, FORMAT.md §7 ("F-1" to "F-16").
 ///
 /// Corruption errors carry the rule they found broken, and
 /// ``VerifyReport/Problem/rule`` names it, so tools and tests match on the
@@ -131,6 +139,9 @@ public struct FormatRule: RawRepresentable, Hashable, Sendable, Codable, CustomS
   public static let f14 = FormatRule(rawValue: "F-14")
   /// WAL records are valid up to a torn tail, and their sequences run on by one.
   public static let f15 = FormatRule(rawValue: "F-15")
+  /// An encrypted store has a valid key block, and every block after it and
+  /// every WAL record is sealed and authenticates under the store's key.
+  public static let f16 = FormatRule(rawValue: "F-16")
 
   public var description: String { rawValue }
 }

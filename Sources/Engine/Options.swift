@@ -51,6 +51,11 @@ public struct Options: Sendable {
   /// write lock while another process holds it, before failing with
   /// ``EngineError/Code/busy``. Default 5. Readers never wait.
   public var busyTimeout: Double = 5
+  /// The key or passphrase of an encrypted store, or of one to create
+  /// encrypted. Default nil: the store is in clear. Opening an encrypted
+  /// store without it, or a clear store with it, is
+  /// ``EngineError/Code/wrongKey``; ``Database/rekey(to:)`` changes it.
+  public var encryption: Encryption? = nil
   /// The file system the store lives on. Default ``POSIXFileSystem``.
   public var fileSystem: any FileSystem = POSIXFileSystem()
 
@@ -74,6 +79,7 @@ public struct Options: Sendable {
     guard busyTimeout >= 0, busyTimeout.isFinite else {
       throw EngineError(.invalidArgument, "busyTimeout \(busyTimeout) must be a finite number of seconds, 0 or more")
     }
+    if let encryption { _ = try encryption.validated() }
     if case .normal(let ms) = durability, ms < 1 {
       throw EngineError(.invalidArgument, "syncIntervalMilliseconds \(ms) must be at least 1")
     }

@@ -57,7 +57,7 @@ enum Recovery {
             "the folder holds other files (\(strangers.prefix(3).joined(separator: ", "))) and no store; "
               + "Cairn creates stores only in empty folders", path: path)
         }
-        try createStore(in: path, fs: fs)
+        try createStore(in: path, fs: fs, encryption: options.encryption)
       }
     }
 
@@ -66,10 +66,13 @@ enum Recovery {
     let data = try fs.open(dataPath, writable ? .readWrite : .readOnly)
     do {
       let header = try RecoveryPlan.readDataHeader(data)
+      // The key before anything else: a wrong one is refused here, before
+      // any block is read (FORMAT.md §11.1).
+      let cipher = try KeyBlock.cipher(for: data, header: header, encryption: options.encryption)
       let coordination = Coordination.open(folder: path, fs: fs, writable: writable)
       let boot = fs.bootIdentifier()
       let opening = Opening(
-        path: path, walPath: walPath, options: options, data: data, storeID: header.storeID,
+        path: path, walPath: walPath, options: options, data: data, storeID: header.storeID, cipher: cipher,
         coordination: coordination, boot: boot, writeLock: writeLock)
 
       // The handle is recorded as open, so that a destroy refuses while it
@@ -138,6 +141,8 @@ enum Recovery {
     let options: Options
     let data: any StorageFile
     let storeID: [UInt8]
+    /// The cipher of the data file opened first; nil when it is clear.
+    let cipher: BlockCipher?
     let coordination: Coordination?
     let boot: UInt64
     let writeLock: WriteLock
@@ -165,27 +170,32 @@ enum Recovery {
     /// Opens at the checkpoint `shared` names, then catches up through its
     /// WAL's records, as any process follows another's commits.
     private func load(_ shared: SharedState, word: UInt64) throws -> Database {
-      if let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue),
+      if let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue, cipher: cipher),
         found.record.sequence == shared.checkpointSequence, found.end == shared.dataFileEnd
       {
-        return try load(shared, word: word, data: data)
+        return try load(shared, word: word, data: data, cipher: cipher)
       }
       // The state names a data file that replaced the one opened above (a
       // compaction since).
       let file = try options.fileSystem.open(
         Path.join(path, StoreFiles.data), options.readOnly ? .readOnly : .readWrite)
       do {
-        guard (try? RecoveryPlan.readDataHeader(file))?.storeID == storeID else { throw Moved() }
-        return try load(shared, word: word, data: file)
+        guard let header = try? RecoveryPlan.readDataHeader(file), header.storeID == storeID else { throw Moved() }
+        // A rekey may have replaced the key block.
+        let cipher = try KeyBlock.cipher(
+          for: file, header: header, encryption: options.encryption, reusing: self.cipher)
+        return try load(shared, word: word, data: file, cipher: cipher)
       } catch {
         file.close()
         throw error
       }
     }
 
-    private func load(_ shared: SharedState, word: UInt64, data: any StorageFile) throws -> Database {
+    private func load(_ shared: SharedState, word: UInt64, data: any StorageFile, cipher: BlockCipher?) throws
+      -> Database
+    {
       let fs = options.fileSystem
-      guard let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue),
+      guard let found = try? RecoveryPlan.readCommit(data, at: shared.checkpointOffset.rawValue, cipher: cipher),
         found.record.sequence == shared.checkpointSequence, found.end == shared.dataFileEnd
       else { throw Moved() }
       let wal = try fs.open(walPath, options.readOnly ? .readOnly : .readWrite)
@@ -196,7 +206,8 @@ enum Recovery {
         throw Moved()
       }
       let counters = Counters()
-      let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+      let store = NodeStore(
+        file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
       var trees: [String: TreeRoot] = [:]
       for root in found.record.roots {
         var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
@@ -210,7 +221,8 @@ enum Recovery {
       // reads the WAL through the end the state names.
       let db = Database(
         path: path, options: options, storeID: storeID, counters: counters, writer: writer,
-        wal: WALWriter(file: wal, header: header, end: UInt64(HeaderLayout.size)), coordination: coordination,
+        wal: WALWriter(file: wal, header: header, cipher: cipher, end: UInt64(HeaderLayout.size)),
+        coordination: coordination,
         boot: boot, word: word &- 1, writeLock: writeLock)
       try db.catchUp()
       return db
@@ -221,7 +233,7 @@ enum Recovery {
     /// result is published in the coordination file.
     func fromFiles(publishing: Bool) throws -> Database {
       let fs = options.fileSystem
-      let (plan, wal) = try RecoveryPlan.read(dataFile: data) {
+      let (plan, wal) = try RecoveryPlan.read(dataFile: data, unlock: { _ in cipher }) {
         guard fs.exists(walPath) else {
           throw EngineError(
             .corrupted, "the write-ahead log is missing; committed transactions may be lost", path: walPath,
@@ -241,7 +253,8 @@ enum Recovery {
           try wal.sync()
         }
         let counters = Counters()
-        let store = NodeStore(file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+        let store = NodeStore(
+          file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
         let trees = try Recovery.trees(of: plan, store: store, options: options, owner: 1, walPath: walPath)
         // Processes following an earlier state (one its files no longer
         // match) must see the data file as another: its generation moves on.
@@ -250,7 +263,7 @@ enum Recovery {
         let writer = WriterState(
           trees: trees, sequence: plan.lastSequence, checkpoint: plan.checkpoint.info, store: store,
           dataGeneration: generation)
-        let walWriter = WALWriter(file: wal, header: plan.walHeader, end: plan.walScan.end)
+        let walWriter = WALWriter(file: wal, header: plan.walHeader, cipher: cipher, end: plan.walScan.end)
         var word = coordination?.current ?? 0
         if publishing, let coordination {
           let state = SharedState(
@@ -296,26 +309,31 @@ enum Recovery {
   /// 0, no keyspaces) and a WAL naming it. Each file is written under a
   /// temporary name, synced, and renamed; the data file last, so its
   /// presence means the store exists.
-  static func createStore(in path: String, fs: any FileSystem) throws {
+  static func createStore(in path: String, fs: any FileSystem, encryption: Encryption?) throws {
     var rng = SystemRandomNumberGenerator()
     let storeID = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    let key = try encryption.map { (e) throws(EngineError) in try KeyBlock.create(for: e, storeID: storeID) }
     for name in [StoreFiles.newData, StoreFiles.newWAL, StoreFiles.wal] where fs.exists(Path.join(path, name)) {
       try fs.remove(Path.join(path, name))
     }
     let dataNew = Path.join(path, StoreFiles.newData)
     let data = try fs.open(dataNew, .create)
     defer { data.close() }
-    var bytes = DataFileHeader(storeID: storeID, createdMilliseconds: currentMilliseconds()).encode()
+    var bytes = DataFileHeader(storeID: storeID, createdMilliseconds: currentMilliseconds(), encrypted: key != nil)
+      .encode()
+    if let key { bytes += key.0.framed() }
     let commitOffset = BlockOffset(UInt64(bytes.count))
     let record = CommitRecord(sequence: .zero, previous: .none, timestamp: currentMilliseconds(), roots: [])
-    BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: commitOffset.rawValue, compressor: nil,
-      into: &bytes)
+    let sealing = key == nil ? 0 : BlockCipher.overhead
+    try BlockFraming.frame(
+      kind: .commit, payload: record.encode { BlockLayout.header + sealing + $0 }, at: commitOffset.rawValue,
+      compressor: nil, cipher: key?.1, into: &bytes)
     try data.truncate(to: 0)
     try data.write(bytes, at: 0)
     try data.sync()
 
-    let log = try WALWriter.prepare(in: path, fs: fs, storeID: storeID, continuing: .zero, at: commitOffset)
+    let log = try WALWriter.prepare(
+      in: path, fs: fs, storeID: storeID, continuing: .zero, at: commitOffset, cipher: key?.1)
     defer { log.discard() }
     _ = try log.install()
     try fs.rename(dataNew, to: Path.join(path, StoreFiles.data))

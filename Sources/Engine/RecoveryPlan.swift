@@ -25,6 +25,8 @@ struct RecoveryPlan {
   var skipped: Int
   /// The sequence of the last record to apply, or the checkpoint's.
   var lastSequence: CommitSequence
+  /// Opens the blocks and records of an encrypted store; nil for a clear one.
+  var cipher: BlockCipher?
 
   /// Bytes after the latest commit record: a checkpoint a crash cut short.
   var tornDataBytes: UInt64 { dataFileSize - checkpoint.end }
@@ -56,16 +58,22 @@ struct RecoveryPlan {
   /// `openWAL` is called once the data file's header has been read, so a
   /// folder whose data file is not Cairn's says so before a missing log.
   /// Returns the plan and the open log, which the caller closes or appends to.
+  ///
+  /// `unlock` turns the data file's header into the cipher that opens its
+  /// blocks (``KeyBlock/cipher(for:header:encryption:reusing:)``).
   static func read(
-    dataFile: any StorageFile, openWAL: () throws -> any StorageFile
+    dataFile: any StorageFile, unlock: (DataFileHeader) throws -> BlockCipher?,
+    openWAL: () throws -> any StorageFile
   ) throws -> (RecoveryPlan, wal: any StorageFile) {
-    // 1. The data file's header (F-1).
+    // 1. The data file's header (F-1), and its key (F-16).
     let dataHeader = try readDataHeader(dataFile)
+    let cipher = try unlock(dataHeader)
     let dataFileSize = try dataFile.size()
     // 2. The WAL's header, and that it belongs to this data file (F-14).
     let walFile = try openWAL()
     do {
-      let plan = try read(dataFile: dataFile, dataHeader: dataHeader, dataFileSize: dataFileSize, walFile: walFile)
+      let plan = try read(
+        dataFile: dataFile, dataHeader: dataHeader, dataFileSize: dataFileSize, walFile: walFile, cipher: cipher)
       return (plan, walFile)
     } catch {
       walFile.close()
@@ -74,19 +82,20 @@ struct RecoveryPlan {
   }
 
   private static func read(
-    dataFile: any StorageFile, dataHeader: DataFileHeader, dataFileSize: UInt64, walFile: any StorageFile
+    dataFile: any StorageFile, dataHeader: DataFileHeader, dataFileSize: UInt64, walFile: any StorageFile,
+    cipher: BlockCipher?
   ) throws -> RecoveryPlan {
     let walBytes = try dataOf(walFile)
     let walHeader = try WALHeader.decode(walBytes, path: walFile.path)
     try checkBelongs(walHeader, to: dataHeader, walPath: walFile.path)
     // 3. The latest checkpoint (F-4), no older than the one the log continues from (F-14).
-    let checkpoint = try latestCheckpoint(dataFile, size: dataFileSize, walHeader: walHeader)
+    let checkpoint = try latestCheckpoint(dataFile, size: dataFileSize, walHeader: walHeader, cipher: cipher)
     try checkContinues(walHeader, from: checkpoint, walPath: walFile.path, dataPath: dataFile.path)
     // 4. The log's records, up to a torn tail (F-15).
     var plan = RecoveryPlan(
       dataHeader: dataHeader, dataFileSize: dataFileSize, checkpoint: checkpoint, walHeader: walHeader,
       walBytes: walBytes, walScan: WALReader.Result(end: UInt64(HeaderLayout.size), discarded: 0, records: 0),
-      replay: [], skipped: 0, lastSequence: checkpoint.record.sequence)
+      replay: [], skipped: 0, lastSequence: checkpoint.record.sequence, cipher: cipher)
     try plan.scanLog(path: walFile.path)
     return plan
   }
@@ -112,6 +121,11 @@ struct RecoveryPlan {
         .corrupted, "the WAL belongs to another store (store ids differ)", path: walPath,
         offset: UInt64(HeaderLayout.storeID), rule: .f14)
     }
+    guard wal.version == data.version else {
+      throw EngineError(
+        .corrupted, "the WAL has format version \(wal.version) and the data file \(data.version)", path: walPath,
+        offset: UInt64(HeaderLayout.version), rule: .f14)
+    }
   }
 
   /// Checks that the latest checkpoint is not older than the one the log
@@ -129,10 +143,10 @@ struct RecoveryPlan {
 
   /// The latest checkpoint: the commit record that ends the file, if it is
   /// valid; otherwise the one the WAL header names (FORMAT.md §5). Rule F-4.
-  static func latestCheckpoint(_ file: any StorageFile, size: UInt64, walHeader: WALHeader) throws
-    -> LatestCheckpoint
+  static func latestCheckpoint(_ file: any StorageFile, size: UInt64, walHeader: WALHeader, cipher: BlockCipher?)
+    throws -> LatestCheckpoint
   {
-    if let found = commitEndingFile(file, size: size) { return found }
+    if let found = commitEndingFile(file, size: size, cipher: cipher) { return found }
     // The file does not end with a commit record: a checkpoint was cut short.
     let hint = walHeader.checkpointOffset.rawValue
     guard hint >= UInt64(HeaderLayout.size), hint < size else {
@@ -141,7 +155,7 @@ struct RecoveryPlan {
         path: file.path, offset: hint, rule: .f4)
     }
     do {
-      return try readCommit(file, at: hint)
+      return try readCommit(file, at: hint, cipher: cipher)
     } catch let error as EngineError {
       // Whatever is wrong with the record, what breaks is F-4: there is no
       // commit record to recover from.
@@ -152,7 +166,7 @@ struct RecoveryPlan {
   /// The commit record that ends the file, if one does: the file's last 8
   /// bytes are a commit trailer whose length L satisfies 60 ≤ L ≤ size − 64,
   /// and the block at size − L is a valid commit record of that length.
-  static func commitEndingFile(_ file: any StorageFile, size: UInt64) -> LatestCheckpoint? {
+  static func commitEndingFile(_ file: any StorageFile, size: UInt64, cipher: BlockCipher?) -> LatestCheckpoint? {
     let minimum = UInt64(CommitTrailerLayout.minimumBlock)
     guard size >= UInt64(HeaderLayout.size) + minimum,
       let tail = try? file.read(at: size - UInt64(CommitTrailerLayout.size), count: CommitTrailerLayout.size)
@@ -163,13 +177,13 @@ struct RecoveryPlan {
     else { return nil }
     let length = UInt64(length32)
     guard length >= minimum, length <= size - UInt64(HeaderLayout.size),
-      let found = try? readCommit(file, at: size - length), found.end == size
+      let found = try? readCommit(file, at: size - length, cipher: cipher), found.end == size
     else { return nil }
     return found
   }
 
   /// Reads and checks the commit record at `offset`.
-  static func readCommit(_ file: any StorageFile, at offset: UInt64) throws -> LatestCheckpoint {
+  static func readCommit(_ file: any StorageFile, at offset: UInt64, cipher: BlockCipher?) throws -> LatestCheckpoint {
     let head = try file.read(at: offset, count: BlockLayout.header)
     let h = try BlockFraming.parseHeader(head, at: offset, path: file.path)
     guard h.kind == .commit, !h.compressed else {
@@ -178,7 +192,7 @@ struct RecoveryPlan {
     }
     let length = BlockLayout.header + h.stored
     let bytes = try file.read(at: offset, count: length)
-    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: nil, path: file.path)
+    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: nil, path: file.path, cipher: cipher)
     let record = try CommitRecord.decode(block.payload, path: file.path, offset: offset, blockLength: length)
     return LatestCheckpoint(record: record, offset: BlockOffset(offset), end: offset + UInt64(length))
   }
@@ -190,7 +204,7 @@ struct RecoveryPlan {
     let threshold = last
     var replay: [Int] = []
     var skipped = 0
-    walScan = try WALReader.scan(walBytes, salt: walHeader.salt, path: path) { record in
+    walScan = try WALReader.scan(walBytes, salt: walHeader.salt, path: path, cipher: cipher) { record in
       // Records at or below the checkpoint are already in the data file: a
       // crash between a checkpoint's commit record and its log rotation
       // leaves them. Only before the first record applied.
@@ -220,8 +234,22 @@ struct RecoveryPlan {
         walBytes, from: position + WALLayout.length, path: path, base: 0, what: "WAL record", rule: .f15)
       let payload = position + WALLayout.header
       let length = Int(try r.u32("length"))
-      try body(
-        try WALRecord.decodePayload(walBytes, payload..<(payload + length), position: UInt64(position), path: path))
+      if let cipher {
+        guard
+          let plain = WALReader.openSealed(
+            walBytes, at: position, length: length, base: 0, salt: walHeader.salt, cipher: cipher)
+        else {
+          throw EngineError(
+            .authenticationFailed, "WAL record fails authentication", path: path, offset: UInt64(position),
+            rule: .f16)
+        }
+        try body(
+          try WALRecord.decodePayload(
+            plain, 0..<plain.count, position: UInt64(position), path: path, storedLength: length))
+      } else {
+        try body(
+          try WALRecord.decodePayload(walBytes, payload..<(payload + length), position: UInt64(position), path: path))
+      }
     }
   }
 }

@@ -2,6 +2,8 @@
 //
 // usage: cairn-crash-writer STORE [SEED]
 //
+// With CAIRN_CRASH_KEY set to 64 hex digits, the store is encrypted with
+// that key (EncryptionTests' SIGKILL test).
 // Opens STORE with full durability and commits numbered transactions until
 // killed, printing "committed N" after each commit returns. Transaction N
 // sets five slot keys to N (so a partial transaction shows as unequal
@@ -32,6 +34,13 @@ do {
   var options = Options()
   options.checkpointThreshold = 48 << 10
   options.nodeSize = 1024
+  if let hex = ProcessInfo.processInfo.environment["CAIRN_CRASH_KEY"] {
+    let digits = Array(hex.utf8)
+    let key = stride(from: 0, to: digits.count - 1, by: 2).compactMap {
+      UInt8(String(decoding: digits[$0...$0 + 1], as: UTF8.self), radix: 16)
+    }
+    options.encryption = .key(key)
+  }
   let db = try Database.open(at: args[1], options: options)
   let last = try db.read { s in try s.get(Array("meta/last".utf8), in: "crash") }
   var n = last.map { Int(String(decoding: $0, as: UTF8.self)) ?? 0 } ?? 0

@@ -71,12 +71,13 @@ import Testing
     for i in 0..<50 {
       let payload = gen.block(i % 2 == 0 ? 4096 : 63, alphabet: 8)
       blocks.append((file.count, payload))
-      BlockFraming.frame(kind: .leaf, payload: payload, at: UInt64(file.count), compressor: compressor, into: &file)
+      try BlockFraming.frame(
+        kind: .leaf, payload: payload, at: UInt64(file.count), compressor: compressor, cipher: nil, into: &file)
     }
     for (n, (offset, payload)) in blocks.enumerated() {
       let end = n + 1 < blocks.count ? blocks[n + 1].offset : file.count
       let block = try BlockFraming.parse(
-        Array(file[offset..<end]), at: UInt64(offset), expectedLength: end - offset, path: nil)
+        Array(file[offset..<end]), at: UInt64(offset), expectedLength: end - offset, path: nil, cipher: nil)
       #expect(block.payload == payload)
       #expect(block.compressed == (payload.count == 4096))  // under 64 bytes stays raw
     }

@@ -53,6 +53,12 @@ import Testing
   }
 
   @Test func sigkillDuringCommitsNeverLosesAcknowledgedTransactions() throws {
+    try Self.killWritersRepeatedly(rounds: Int(ProcessInfo.processInfo.environment["CAIRN_CRASH_ROUNDS"] ?? "") ?? 50)
+  }
+
+  /// Runs the writer, kills it, reopens and checks, `rounds` times; with
+  /// `key`, on a store encrypted with it.
+  static func killWritersRepeatedly(rounds rows: Int, key encryptionKey: [UInt8]? = nil) throws {
     #expect(FileManager.default.isExecutableFile(atPath: Self.writerPath), "missing \(Self.writerPath)")
     let folder = TempFolder("crash")
     let seed = testSeed()
@@ -60,12 +66,20 @@ import Testing
     var highestAcknowledged = 0
     var rounds = 0
     var killedMidRun = 0
-    let rows = Int(ProcessInfo.processInfo.environment["CAIRN_CRASH_ROUNDS"] ?? "") ?? 50
+    var options = Options()
+    var childEnvironment: [String: String]?
+    if let encryptionKey {
+      options.encryption = .key(encryptionKey)
+      var environment = ProcessInfo.processInfo.environment
+      environment["CAIRN_CRASH_KEY"] = encryptionKey.map { String(format: "%02x", $0) }.joined()
+      childEnvironment = environment
+    }
 
     for round in 0..<rows {
       let process = Process()
       process.executableURL = URL(fileURLWithPath: Self.writerPath)
       process.arguments = [folder.path, String(rng.next() % 1_000_000)]
+      if let childEnvironment { process.environment = childEnvironment }
       let out = Pipe()
       process.standardOutput = out
       process.standardError = FileHandle.nullDevice
@@ -91,7 +105,7 @@ import Testing
       highestAcknowledged = max(highestAcknowledged, acknowledged.last ?? 0)
 
       // Reopen in this process and check.
-      let db = try Database.open(at: folder.path)
+      let db = try Database.open(at: folder.path, options: options)
       let snap = try db.snapshot()
       let last = try snap.get(b("meta/last"), in: "crash").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
       #expect(
@@ -115,6 +129,8 @@ import Testing
     }
     #expect(rounds == rows)
     #expect(highestAcknowledged > rows, "seed \(seed): the writer committed only \(highestAcknowledged) transactions")
-    print("crash test: \(rounds) kills (\(killedMidRun) mid-run), \(highestAcknowledged) transactions, seed \(seed)")
+    print(
+      "crash test\(encryptionKey == nil ? "" : " (encrypted)"): \(rounds) kills (\(killedMidRun) mid-run), "
+        + "\(highestAcknowledged) transactions, seed \(seed)")
   }
 }

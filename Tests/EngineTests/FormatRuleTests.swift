@@ -32,7 +32,7 @@ struct CraftedStore {
   @discardableResult
   mutating func block(_ kind: BlockKind, _ payload: [UInt8]) -> DiskRef {
     let offset = UInt64(data.count)
-    BlockFraming.frame(kind: kind, payload: payload, at: offset, compressor: nil, into: &data)
+    data += BlockFraming.frame(kind: kind, payload: payload, at: offset)
     let length = UInt32(data.count - Int(offset))
     return DiskRef(offset: BlockOffset(offset), length: length, subtreeBytes: UInt64(length))
   }
@@ -43,8 +43,7 @@ struct CraftedStore {
     let offset = UInt64(data.count)
     let record = CommitRecord(
       sequence: CommitSequence(sequence), previous: BlockOffset(previous ?? lastCommit), timestamp: 0, roots: roots)
-    BlockFraming.frame(
-      kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset, compressor: nil, into: &data)
+    data += BlockFraming.frame(kind: .commit, payload: record.encode { BlockLayout.header + $0 }, at: offset)
     lastCommit = offset
   }
 
@@ -55,7 +54,7 @@ struct CraftedStore {
       var builder = WALRecordBuilder()
       for op in ops { builder.append(op) }
       let position = UInt64(wal.count)
-      wal += builder.record(
+      wal += builder.clearRecord(
         sequence: CommitSequence(sequence), syncedThrough: WALPosition(position), position: position, salt: salt)
     }
   }

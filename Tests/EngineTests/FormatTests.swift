@@ -70,7 +70,7 @@ import Testing
     let fs = MemoryFileSystem()
     try Database.open(at: "/s", options: memoryOptions(fs)).close()
     var data = fs.contents(of: "/s/cairn.data")!
-    data[8] = 2
+    data[8] = 3  // version 2 (encryption) is this build's newest
     fs.setContents(of: "/s/cairn.data", to: data)
     #expect { try Database.open(at: "/s", options: memoryOptions(fs)) } throws: {
       ($0 as? EngineError)?.code == .unsupportedFormat

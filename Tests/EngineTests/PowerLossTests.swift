@@ -26,6 +26,8 @@ import Testing
     var transactions: [[Op]] = []
     var checkpointAfter: Set<Int> = []
     var reopenAfter: Set<Int> = []
+    /// The store's encryption (EncryptionTests runs the workload encrypted).
+    var encryption: Encryption?
     /// states[j]: the store's contents after transaction j (states[0] is empty).
     var states: [State] = [[:]]
 
@@ -65,8 +67,10 @@ import Testing
       reopenAfter.insert(count / 2)
     }
 
-    static func options(_ fs: any FileSystem) -> Options {
-      memoryOptions(fs, nodeSize: 512, checkpointThreshold: 12 << 10)
+    func options(_ fs: any FileSystem) -> Options {
+      var o = memoryOptions(fs, nodeSize: 512, checkpointThreshold: 12 << 10)
+      o.encryption = encryption
+      return o
     }
 
     /// Runs until done or until the file system fails. Returns how many
@@ -75,7 +79,7 @@ import Testing
     func run(on fs: any FileSystem, acknowledged onAck: () -> Void = {}) -> Int {
       var acknowledged = 0
       do {
-        var db = try Database.open(at: "/store", options: Self.options(fs))
+        var db = try Database.open(at: "/store", options: options(fs))
         for (i, ops) in transactions.enumerated() {
           try db.write { tx in
             for op in ops {
@@ -92,7 +96,7 @@ import Testing
           if checkpointAfter.contains(i + 1) { try db.checkpoint() }
           if reopenAfter.contains(i + 1) {
             try db.close()
-            db = try Database.open(at: "/store", options: Self.options(fs))
+            db = try Database.open(at: "/store", options: options(fs))
           }
         }
         try db.close()
@@ -104,7 +108,7 @@ import Testing
 
     /// Opens `image` and returns the transaction number whose state it holds, or a failure.
     func recover(_ image: MemoryFileSystem) throws -> Int {
-      let db = try Database.open(at: "/store", options: Self.options(image))
+      let db = try Database.open(at: "/store", options: options(image))
       defer { try? db.close() }
       let snap = try db.snapshot()
       let j = try snap.get(b("meta/seq"), in: "main").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0

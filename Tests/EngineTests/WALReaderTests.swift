@@ -20,7 +20,7 @@ import Testing
       builder.append(.put(keyspace: "ks", key: key(i), value: [UInt8](repeating: UInt8(i), count: 40)))
       let position = UInt64(bytes.count)
       starts.append(bytes.count)
-      bytes += builder.record(
+      bytes += builder.clearRecord(
         sequence: CommitSequence(UInt64(i)), syncedThrough: WALPosition(synced(i, position)), position: position,
         salt: salt)
     }
@@ -29,7 +29,7 @@ import Testing
 
   static func scan(_ bytes: [UInt8]) throws -> (sequences: [UInt64], end: UInt64) {
     var seen: [UInt64] = []
-    let result = try WALReader.scan(bytes, salt: salt, path: "wal") { seen.append($0.sequence.rawValue) }
+    let result = try WALReader.scan(bytes, salt: salt, path: "wal", cipher: nil) { seen.append($0.sequence.rawValue) }
     return (seen, result.end)
   }
 
@@ -119,7 +119,9 @@ import Testing
     var found: [UInt64] = []
     // Same bytes, another salt: the first record is complete but fails, which is damage.
     #expect(throws: EngineError.self) {
-      _ = try WALReader.scan(bytes, salt: Self.salt &+ 1, path: "wal") { found.append($0.sequence.rawValue) }
+      _ = try WALReader.scan(bytes, salt: Self.salt &+ 1, path: "wal", cipher: nil) {
+        found.append($0.sequence.rawValue)
+      }
     }
     #expect(found.isEmpty)
   }
@@ -164,11 +166,12 @@ import Testing
       .dropKeyspace("a"),
     ]
     for op in ops { builder.append(op) }
-    let record = builder.record(sequence: CommitSequence(3), syncedThrough: WALPosition(64), position: 64, salt: 1)
+    let record = try builder.record(
+      sequence: CommitSequence(3), syncedThrough: WALPosition(64), position: 64, salt: 1, cipher: nil)
     #expect(record.count == WALLayout.overhead + builder.size)
     guard
       case .valid(let decoded) = WALReader.classify(
-        [UInt8](repeating: 0, count: 64) + record, at: 64, salt: 1, path: "w")
+        [UInt8](repeating: 0, count: 64) + record, at: 64, salt: 1, path: "w", cipher: nil)
     else {
       Issue.record("record did not verify")
       return

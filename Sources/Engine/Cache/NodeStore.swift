@@ -5,12 +5,15 @@ final class NodeStore: @unchecked Sendable {
   let path: String
   let cache: NodeCache
   let counters: Counters
+  /// Opens every block when the file is encrypted (FORMAT.md §11).
+  let cipher: BlockCipher?
 
-  init(file: any StorageFile, cache: NodeCache, counters: Counters) {
+  init(file: any StorageFile, cache: NodeCache, counters: Counters, cipher: BlockCipher?) {
     self.file = file
     self.path = file.path
     self.cache = cache
     self.counters = counters
+    self.cipher = cipher
   }
 
   /// The node in the block `ref` points at.
@@ -52,11 +55,11 @@ final class NodeStore: @unchecked Sendable {
   func readNode(_ ref: DiskRef) throws -> Node {
     let offset = ref.offset.rawValue
     let bytes = try readBlock(ref)
-    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path, cipher: cipher)
     switch block.kind {
     case .leaf: return .leaf(try NodeCodec.decodeLeaf(block.payload, owner: 0, path: path, offset: offset))
     case .branch: return .branch(try NodeCodec.decodeBranch(block.payload, owner: 0, path: path, offset: offset))
-    case .largeValue, .commit:
+    case .largeValue, .commit, .keyBlock:
       throw EngineError(.corrupted, "expected a node, found a \(block.kind) block", path: path, offset: offset)
     }
   }
@@ -65,7 +68,7 @@ final class NodeStore: @unchecked Sendable {
   func largeValue(_ ref: DiskRef, length: Int) throws -> [UInt8] {
     let offset = ref.offset.rawValue
     let bytes = try readBlock(ref)
-    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path, cipher: cipher)
     guard block.kind == .largeValue, block.payload.count == length else {
       throw EngineError(
         .corrupted, "expected a large value of \(length) bytes, found a \(block.kind) block of \(block.payload.count)",

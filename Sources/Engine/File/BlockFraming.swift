@@ -17,41 +17,97 @@ enum BlockFraming {
     var checksum: UInt64
   }
 
-  /// Frames `payload` as a block to be written at `offset`, uncompressed.
-  /// Returns the bytes to write.
+  /// Frames `payload` as a block to be written at `offset`, uncompressed and
+  /// in clear. Returns the bytes to write.
   static func frame(kind: BlockKind, payload: [UInt8], at offset: UInt64) -> [UInt8] {
     var out: [UInt8] = []
-    frame(kind: kind, payload: payload, at: offset, compressor: nil, into: &out)
+    try? frame(kind: kind, payload: payload, at: offset, compressor: nil, cipher: nil, into: &out)
     return out
   }
 
   /// Appends the framed block to `out`, compressed by `compressor` when one
-  /// is given and compression is worth it. `offset` is where `out`'s current
+  /// is given and compression is worth it, then sealed by `cipher` when the
+  /// store is encrypted (FORMAT.md §11.2). `offset` is where `out`'s current
   /// end will land.
+  ///
+  /// - Throws: only when sealing fails (libcrypto has no random bytes).
   static func frame(
-    kind: BlockKind, payload: [UInt8], at offset: UInt64, compressor: Compressor?, into out: inout [UInt8]
-  ) {
+    kind: BlockKind, payload: [UInt8], at offset: UInt64, compressor: Compressor?, cipher: BlockCipher?,
+    into out: inout [UInt8]
+  ) throws(EngineError) {
     let start = out.count
-    let appended =
-      compressor?.compress(payload) { stored -> Bool in
-        appendHeader(kind: kind, compressed: true, stored: stored.count, raw: payload.count, to: &out)
-        out.append(contentsOf: stored)
-        return true
-      } ?? false
-    if !appended {
-      appendHeader(kind: kind, compressed: false, stored: payload.count, raw: payload.count, to: &out)
-      out.append(contentsOf: payload)
+    if let cipher {
+      var failure: EngineError?
+      let appended =
+        compressor?.compress(payload) { stored -> Bool in
+          do throws(EngineError) {
+            try appendSealed(kind: kind, stored, raw: payload.count, compressed: true, at: offset, cipher, to: &out)
+          } catch { failure = error }
+          return true
+        } ?? false
+      if !appended {
+        payload.withUnsafeBytes { p in
+          do throws(EngineError) {
+            try appendSealed(kind: kind, p, raw: payload.count, compressed: false, at: offset, cipher, to: &out)
+          } catch { failure = error }
+        }
+      }
+      if let failure { throw failure }
+    } else {
+      let appended =
+        compressor?.compress(payload) { stored -> Bool in
+          appendHeader(
+            kind: kind, flags: BlockLayout.flagCompressed, stored: stored.count, raw: payload.count, to: &out)
+          out.append(contentsOf: stored)
+          return true
+        } ?? false
+      if !appended {
+        appendHeader(kind: kind, flags: 0, stored: payload.count, raw: payload.count, to: &out)
+        out.append(contentsOf: payload)
+      }
     }
     let sum = Checksum.xxh3(out, (start + BlockLayout.kind)..<out.count, seed: offset)
     out.withUnsafeMutableBytes { $0.storeBytes(of: sum.littleEndian, toByteOffset: start, as: UInt64.self) }
   }
 
+  /// Appends header and `nonce ‖ ciphertext ‖ tag` of `stored`; a commit
+  /// record's 8-byte trailer stays in clear after the tag, so the file's
+  /// last commit is still found from its end.
+  private static func appendSealed(
+    kind: BlockKind, _ stored: UnsafeRawBufferPointer, raw: Int, compressed: Bool, at offset: UInt64,
+    _ cipher: BlockCipher, to out: inout [UInt8]
+  ) throws(EngineError) {
+    let start = out.count
+    let flags = BlockLayout.flagEncrypted | (compressed ? BlockLayout.flagCompressed : 0)
+    appendHeader(kind: kind, flags: flags, stored: stored.count + BlockCipher.overhead, raw: raw, to: &out)
+    let clearTail = kind == .commit ? CommitTrailerLayout.size : 0
+    let sealed = UnsafeRawBufferPointer(rebasing: stored[..<(stored.count - clearTail)])
+    let tail = UnsafeRawBufferPointer(rebasing: stored[(stored.count - clearTail)...])
+    let aad = associatedData(out, header: start, offset: offset, trailer: tail)
+    try cipher.seal(sealed, aad: aad, into: &out)
+    out.append(contentsOf: tail)
+  }
+
+  /// What a sealed block's tag covers besides its payload: its offset (a
+  /// block moved elsewhere fails), its header after the checksum (kind,
+  /// flags, lengths), and a commit record's clear trailer.
+  private static func associatedData(
+    _ bytes: [UInt8], header: Int, offset: UInt64, trailer: UnsafeRawBufferPointer
+  ) -> [UInt8] {
+    var aad = [UInt8]()
+    aad.reserveCapacity(8 + BlockLayout.header - BlockLayout.kind + trailer.count)
+    withUnsafeBytes(of: offset.littleEndian) { aad.append(contentsOf: $0) }
+    aad.append(contentsOf: bytes[(header + BlockLayout.kind)..<(header + BlockLayout.header)])
+    aad.append(contentsOf: trailer)
+    return aad
+  }
+
   /// The 24-byte header with a zero checksum, filled in once the payload follows.
-  private static func appendHeader(kind: BlockKind, compressed: Bool, stored: Int, raw: Int, to out: inout [UInt8]) {
+  private static func appendHeader(kind: BlockKind, flags: UInt8, stored: Int, raw: Int, to out: inout [UInt8]) {
     var header = ByteWriter(capacity: BlockLayout.header)
     header.u64(0)
     header.u8(kind.rawValue)
-    header.u8(compressed ? BlockLayout.flagCompressed : 0)
+    header.u8(flags)
     header.u16(0)
     header.u32(UInt32(stored))
     header.u32(UInt32(raw))
@@ -60,10 +116,10 @@ enum BlockFraming {
   }
 
   /// Parses the header of a block whose first bytes are `bytes[0...]`.
-  /// Returns (kind, flags, storedLength, rawLength) after checking the fields
-  /// that do not need the payload.
+  /// Returns its kind, flags and lengths after checking the fields that do
+  /// not need the payload.
   static func parseHeader(_ bytes: [UInt8], at offset: UInt64, path: String?) throws(EngineError) -> (
-    kind: BlockKind, compressed: Bool, stored: Int, raw: Int
+    kind: BlockKind, compressed: Bool, stored: Int, raw: Int, encrypted: Bool
   ) {
     var r = ByteReader(bytes, path: path, base: offset, what: "block header", rule: .f2)
     _ = try r.u64("checksum")
@@ -76,23 +132,34 @@ enum BlockFraming {
     guard let kind = BlockKind(rawValue: kindByte) else {
       throw r.error("unknown block kind \(kindByte)", at: BlockLayout.kind)
     }
-    guard flags & ~BlockLayout.flagCompressed == 0, reserved == 0, reserved2 == 0 else {
+    let known = BlockLayout.flagCompressed | BlockLayout.flagEncrypted
+    guard flags & ~known == 0, reserved == 0, reserved2 == 0 else {
       throw r.error("reserved bits set (flags \(flags), reserved \(reserved), \(reserved2))", at: BlockLayout.flags)
     }
     let compressed = flags & BlockLayout.flagCompressed != 0
-    guard stored <= Limits.maxBlockPayload, raw <= Limits.maxBlockPayload, compressed || stored == raw else {
+    let encrypted = flags & BlockLayout.flagEncrypted != 0
+    // What the stored bytes hold before sealing.
+    let inner = encrypted ? stored - BlockCipher.overhead : stored
+    let minimum = encrypted && kind == .commit ? CommitTrailerLayout.size : 0
+    guard stored <= Limits.maxBlockPayload, raw <= Limits.maxBlockPayload, inner >= minimum,
+      compressed || inner == raw
+    else {
       throw r.error("implausible lengths: stored \(stored), raw \(raw)", at: BlockLayout.storedLength)
     }
-    return (kind, compressed, stored, raw)
+    return (kind, compressed, stored, raw, encrypted)
   }
 
-  /// Checks and unpacks a block read whole from `offset`.
+  /// Checks and unpacks a block read whole from `offset`, opening it with
+  /// `cipher` in an encrypted store (which must then hold only sealed blocks
+  /// past its key block; a clear store, only clear ones).
   ///
   /// - Parameter expectedLength: the length the referencing parent recorded, if any.
   /// - Throws: ``EngineError/Code/corrupted`` naming `path` and `offset` when
-  ///   the block is short, fails its checksum, or does not decompress.
+  ///   the block is short, fails its checksum, or does not decompress;
+  ///   ``EngineError/Code/authenticationFailed`` (rule F-16) when a block of
+  ///   an encrypted store fails its checksum or its tag, or is not sealed.
   static func parse(
-    _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?
+    _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?, cipher: BlockCipher?
   ) throws(EngineError) -> Block {
     guard bytes.count >= BlockLayout.header else {
       throw .corrupted(
@@ -114,23 +181,56 @@ enum BlockFraming {
     let expected = try r.u64("checksum")
     let actual = Checksum.xxh3(bytes, BlockLayout.kind..<length, seed: offset)
     guard expected == actual else {
-      throw .corrupted(
+      throw EngineError(
+        cipher == nil ? .corrupted : .authenticationFailed,
         "block checksum mismatch (stored \(hex(expected)), computed \(hex(actual)))", path: path, offset: offset,
-        rule: .f3)
+        rule: cipher == nil ? .f3 : .f16)
     }
-    let payload: [UInt8]
+    var stored = BlockLayout.header..<length
+    var opened: [UInt8]?
+    var trailer: ArraySlice<UInt8> = []
+    switch (cipher, h.encrypted) {
+    case (nil, false):
+      break
+    case (nil, true):
+      throw .corrupted("a sealed block in a store that is not encrypted", path: path, offset: offset, rule: .f16)
+    case (.some, false):
+      throw EngineError(
+        .authenticationFailed, "a clear \(h.kind) block in an encrypted store", path: path, offset: offset,
+        rule: .f16)
+    case (.some(let cipher), true):
+      let clearTail = h.kind == .commit ? CommitTrailerLayout.size : 0
+      trailer = bytes[(length - clearTail)..<length]
+      var aad = [UInt8]()
+      withUnsafeBytes(of: offset.littleEndian) { aad.append(contentsOf: $0) }
+      aad.append(contentsOf: bytes[BlockLayout.kind..<BlockLayout.header])
+      aad.append(contentsOf: trailer)
+      opened = bytes.withUnsafeBytes { raw in
+        aad.withUnsafeBytes {
+          cipher.open(UnsafeRawBufferPointer(rebasing: raw[stored.lowerBound..<(length - clearTail)]), aad: $0)
+        }
+      }
+      guard opened != nil else {
+        throw EngineError(
+          .authenticationFailed, "\(h.kind) block fails authentication: its bytes were changed or the key is wrong",
+          path: path, offset: offset, rule: .f16)
+      }
+      stored = 0..<opened!.count
+    }
+    let source = opened ?? bytes
+    var payload: [UInt8]
     if h.compressed {
       do {
-        payload = try Compression.decompress(
-          bytes, BlockLayout.header..<length, rawLength: h.raw, path: path, offset: offset)
+        payload = try Compression.decompress(source, stored, rawLength: h.raw, path: path, offset: offset)
       } catch {
         throw error.withRule(.f3)
       }
-    } else if bytes.count == length {
-      payload = Array(bytes[BlockLayout.header...])
+    } else if stored.lowerBound == 0 && stored.count == source.count {
+      payload = source
     } else {
-      payload = Array(bytes[BlockLayout.header..<length])
+      payload = Array(source[stored])
     }
+    payload.append(contentsOf: trailer)
     return Block(
       kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored,
       checksum: expected)

@@ -1,16 +1,30 @@
 /// The 64-byte header at offset 0 of the data file. Format: FORMAT.md §1.1.
 struct DataFileHeader: Equatable {
-  var version: UInt32 = formatVersion
+  /// 1 for a clear store, 2 for an encrypted one (so that builds from before
+  /// encryption refuse it by its version rather than misread it).
+  var version: UInt32
   /// Random bytes chosen at creation; the WAL carries the same.
   var storeID: [UInt8]
   /// When the store was created, in milliseconds since 1970.
   var createdMilliseconds: UInt64
+  /// Whether a key block follows and every later block is sealed (FORMAT.md §11).
+  var encrypted: Bool
 
   static let magic = HeaderLayout.dataMagic
+  /// Version 2's flags field: bit 0, encrypted.
+  static let flagEncrypted: UInt64 = 1
+
+  init(storeID: [UInt8], createdMilliseconds: UInt64, encrypted: Bool = false) {
+    self.version = encrypted ? formatVersion : clearFormatVersion
+    self.storeID = storeID
+    self.createdMilliseconds = createdMilliseconds
+    self.encrypted = encrypted
+  }
 
   func encode() -> [UInt8] {
     HeaderCodec.encode(
-      magic: Self.magic, version: version, storeID: storeID, fields: (createdMilliseconds, 0, 0))
+      magic: Self.magic, version: version, storeID: storeID,
+      fields: (createdMilliseconds, encrypted ? Self.flagEncrypted : 0, 0))
   }
 
   /// Decodes and checks the header at the start of `bytes`.
@@ -20,18 +34,24 @@ struct DataFileHeader: Equatable {
   ///   ``EngineError/Code/corrupted`` (rule F-1) otherwise.
   static func decode(_ bytes: [UInt8], path: String) throws(EngineError) -> DataFileHeader {
     let h = try HeaderCodec.decode(bytes, magic: magic, what: "data file header", rule: .f1, path: path)
-    guard h.fields.1 == 0, h.fields.2 == 0 else {
+    // Version 1 has no flags; version 2's say whether the store is encrypted.
+    let flags = h.version == clearFormatVersion ? 0 : flagEncrypted
+    guard h.fields.1 & ~flags == 0, h.fields.2 == 0 else {
       throw EngineError(
-        .corrupted, "data file header: reserved fields are not zero", path: path,
-        offset: UInt64(HeaderLayout.checkpointSequence), rule: .f1)
+        .corrupted, "data file header: reserved fields or flags are not zero (\(h.fields.1), \(h.fields.2))",
+        path: path, offset: UInt64(HeaderLayout.checkpointSequence), rule: .f1)
     }
-    return DataFileHeader(version: h.version, storeID: h.storeID, createdMilliseconds: h.fields.0)
+    var header = DataFileHeader(
+      storeID: h.storeID, createdMilliseconds: h.fields.0, encrypted: h.fields.1 & flagEncrypted != 0)
+    header.version = h.version
+    return header
   }
 }
 
 /// The 64-byte header at offset 0 of a WAL file. Format: FORMAT.md §3.1.
 struct WALHeader: Equatable {
-  var version: UInt32 = formatVersion
+  /// The data file's version: 2 when the records are sealed.
+  var version: UInt32 = clearFormatVersion
   /// Must equal the data file's.
   var storeID: [UInt8]
   /// Random and non-zero, new for every log file; seeds the record checksums.
@@ -100,9 +120,10 @@ enum HeaderCodec {
     let fields = (try r.u64(), try r.u64(), try r.u64())
     let stored = try r.u64("checksum")
     // The version first: a newer format may checksum its header differently.
-    guard version == formatVersion else {
+    guard (clearFormatVersion...formatVersion).contains(version) else {
       throw EngineError(
-        .unsupportedFormat, "\(what): format version \(version); this build reads version \(formatVersion)",
+        .unsupportedFormat,
+        "\(what): format version \(version); this build reads versions \(clearFormatVersion) to \(formatVersion)",
         path: path, offset: UInt64(HeaderLayout.version), rule: rule)
     }
     let computed = Checksum.xxh3(bytes, 0..<HeaderLayout.checksum, seed: 0)

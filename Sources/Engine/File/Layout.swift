@@ -2,9 +2,13 @@
 // before it (redb's header.rs style); FORMAT.md has the same tables in prose.
 // All integers are little-endian.
 
-/// The current format version, written in both file headers. Bump it when
-/// old files would read differently (FORMAT.md §0, version history).
-let formatVersion: UInt32 = 1
+/// The newest format version, written in both file headers of an encrypted
+/// store. Bump it when old files would read differently (FORMAT.md §0,
+/// version history).
+let formatVersion: UInt32 = 2
+/// The version a clear store is written with: version 2 only adds
+/// encryption, so a clear store stays readable by builds from before it.
+let clearFormatVersion: UInt32 = 1
 
 /// File header of the data file and of the WAL (FORMAT.md §1.1, §3.1).
 enum HeaderLayout {
@@ -28,7 +32,7 @@ enum HeaderLayout {
 enum BlockLayout {
   static let checksum = 0  // u64: XXH3-64 seeded with the block's offset, over [kind, end of payload)
   static let kind = checksum + 8  // u8
-  static let flags = kind + 1  // u8: bit 0 = payload is LZ4-compressed
+  static let flags = kind + 1  // u8: bit 0 = payload is LZ4-compressed, bit 1 = sealed (§11)
   static let reserved = flags + 1  // u16: zero
   static let storedLength = reserved + 2  // u32: payload bytes on disk
   static let rawLength = storedLength + 4  // u32: payload bytes after decompression
@@ -36,6 +40,8 @@ enum BlockLayout {
   static let header = reserved2 + 4  // 24
 
   static let flagCompressed: UInt8 = 1
+  /// Bit 1: the stored payload is sealed (FORMAT.md §11.2).
+  static let flagEncrypted: UInt8 = 2
 }
 
 /// Block kinds (FORMAT.md §2).
@@ -44,6 +50,8 @@ enum BlockKind: UInt8 {
   case branch = 2
   case largeValue = 3
   case commit = 4
+  /// An encrypted store's key block, clear, right after the header (FORMAT.md §11.1).
+  case keyBlock = 5
 }
 
 /// A leaf's raw payload (FORMAT.md §2.2).

@@ -46,17 +46,68 @@ extension Database {
     return try compact(holding: hold)
   }
 
+  /// Changes the store's encryption: a new key or passphrase for an
+  /// encrypted store, `nil` to decrypt one, or a key for a clear store to
+  /// encrypt it. Every block is rewritten under the new key by a compaction
+  /// (the WAL is checkpointed first, so no record under the old key is
+  /// left), and the swap is the compaction's atomic rename: a crash at any
+  /// moment leaves the store opening with the old key or with the new one,
+  /// whole.
+  ///
+  /// Other processes with the store open keep reading snapshots they hold;
+  /// their next read of the new file needs the new key (until reopened with
+  /// it, they get ``EngineError/Code/wrongKey``). Writers wait while it runs.
+  ///
+  /// - Throws: ``EngineError/Code/invalidArgument`` for a key that is not 32
+  ///   bytes or an empty passphrase; what ``compact()`` throws.
+  @discardableResult
+  public func rekey(to encryption: Encryption?) throws -> CompactionReport {
+    let encryption = try encryption.map { (e) throws(EngineError) in try e.validated() }
+    guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
+    let hold = gate.acquire()
+    try checkWritable()
+    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
+    defer { claim.release() }
+    try checkpoint(holding: hold)
+    let report = try compact(holding: hold, rekeying: KeyChange(encryption: encryption))
+    self.encryption.withLock { $0 = encryption }
+    return report
+  }
+
+  /// A new encryption for the compacted file (``rekey(to:)``).
+  struct KeyChange {
+    var encryption: Encryption?
+  }
+
   /// Runs a compaction, after a checkpoint. Called holding the gate and a
-  /// claim on the write lock.
-  func compact(holding hold: borrowing WriterGate.Hold) throws -> CompactionReport {
+  /// claim on the write lock. With `rekeying`, the new file is written
+  /// under that encryption, with a new key block (FORMAT.md §11.4).
+  func compact(holding hold: borrowing WriterGate.Hold, rekeying: KeyChange? = nil) throws -> CompactionReport {
     let started = currentMilliseconds()
     let before = hold.state.checkpoint.fileBytes
     let tempPath = Path.join(path, StoreFiles.compactData)
     if fs.exists(tempPath) { try fs.remove(tempPath) }
 
-    // 2. Copy the live trees into the new file.
+    // 2. Copy the live trees into the new file: its header (and key block)
+    //    first, the old ones unless the key changes.
+    let oldStore = hold.state.store
+    let oldHeader = try RecoveryPlan.readDataHeader(oldStore.file)
+    var head = try oldStore.file.read(at: 0, count: HeaderLayout.size)
+    var cipher = oldStore.cipher
+    if oldHeader.encrypted && rekeying == nil {
+      head += try oldStore.file.read(at: KeyBlock.offset, count: KeyBlock.blockSize)
+    }
+    if let rekeying {
+      let key = try rekeying.encryption.map { (e) throws(EngineError) in try KeyBlock.create(for: e, storeID: storeID) }
+      head = DataFileHeader(
+        storeID: storeID, createdMilliseconds: oldHeader.createdMilliseconds, encrypted: key != nil
+      ).encode()
+      if let key { head += key.0.framed() }
+      cipher = key?.1
+    }
     let file = try fs.open(tempPath, .create)
-    let newStore = NodeStore(file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters)
+    let newStore = NodeStore(
+      file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
     var installed = false
     defer {
       if !installed {
@@ -64,11 +115,10 @@ extension Database {
         try? fs.remove(tempPath)
       }
     }
-    let oldStore = hold.state.store
     try file.truncate(to: 0)
-    try file.write(try oldStore.file.read(at: 0, count: HeaderLayout.size), at: 0)
+    try file.write(head, at: 0)
     var writer = CheckpointWriter(
-      target: newStore, copyingFrom: oldStore, start: UInt64(HeaderLayout.size), compress: options.compression)
+      target: newStore, copyingFrom: oldStore, start: UInt64(head.count), compress: options.compression)
     var trees: [String: TreeRoot] = [:]
     for (name, tree) in hold.state.trees {
       var t = tree
@@ -91,7 +141,7 @@ extension Database {
 
     // 4. A log naming the new commit record.
     let log = try WALWriter.prepare(
-      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset))
+      in: path, fs: fs, storeID: storeID, continuing: sequence, at: BlockOffset(offset), cipher: cipher)
 
     // 5. Swap both files in. From the first rename on, a failure leaves the
     //    files in a state only recovery should judge: poison the store.

@@ -76,7 +76,7 @@ extension FuzzSupport {
       case .drop(let ks): builder.append(.dropKeyspace(ks))
       }
     }
-    return builder.record(
+    return builder.clearRecord(
       sequence: CommitSequence(sequence), syncedThrough: WALPosition(syncedThrough), position: position, salt: salt)
   }
 
@@ -92,7 +92,9 @@ extension FuzzSupport {
   /// - Throws: ``EngineError/Code/corrupted`` for damage.
   public static func scanWAL(_ bytes: [UInt8], salt: UInt64) throws -> (sequences: [UInt64], end: UInt64) {
     var sequences: [UInt64] = []
-    let result = try WALReader.scan(bytes, salt: salt, path: "wal") { sequences.append($0.sequence.rawValue) }
+    let result = try WALReader.scan(bytes, salt: salt, path: "wal", cipher: nil) {
+      sequences.append($0.sequence.rawValue)
+    }
     return (sequences, result.end)
   }
 }

@@ -2,7 +2,8 @@
 public struct BlockInfo: Sendable, Codable, Equatable {
   /// Offset of the block.
   public var offset: UInt64
-  /// "leaf", "branch", "large value", "commit", or "unknown".
+  /// "leaf", "branch", "large value", "commit", "key" (an encrypted
+  /// store's key block), or "unknown".
   public var kind: String
   /// Payload bytes on disk.
   public var storedLength: Int
@@ -46,11 +47,22 @@ public final class StoreInspector {
   /// Bytes of the data file past its published end (a checkpoint being
   /// written, or one a killed process left), when there was a published end.
   let unpublishedBytes: UInt64
+  /// Whether the data file's header says it is encrypted.
+  public let isEncrypted: Bool
+  /// The cipher of an encrypted store, or why there is none (a damaged key
+  /// block, which verify reports); nil for a clear one.
+  let cipherResult: Result<BlockCipher?, EngineError>
 
-  /// Opens the store at `path` for inspection.
+  /// The cipher blocks and records are opened with (nil for a clear store).
+  var cipher: BlockCipher? { (try? cipherResult.get()) ?? nil }
+
+  /// Opens the store at `path` for inspection, with the key or passphrase
+  /// of an encrypted store.
   ///
-  /// - Throws: ``EngineError/Code/notAStore`` if the folder holds no store.
-  public init(path: String, fileSystem: any FileSystem = POSIXFileSystem()) throws {
+  /// - Throws: ``EngineError/Code/notAStore`` if the folder holds no store;
+  ///   ``EngineError/Code/wrongKey`` if `encryption` does not open it (or is
+  ///   missing for an encrypted store, or given for a clear one).
+  public init(path: String, fileSystem: any FileSystem = POSIXFileSystem(), encryption: Encryption? = nil) throws {
     self.path = Path.normalize(path)
     self.fs = fileSystem
     dataPath = Path.join(self.path, StoreFiles.data)
@@ -69,6 +81,22 @@ public final class StoreInspector {
         Coordination(region: $0, notifyFile: nil, path: shmPath)
       } : nil
     let boot = fs.bootIdentifier()
+    // The key first: a wrong one is refused here. A header or key block too
+    // damaged to tell is left for verify to report.
+    let probe = try fs.open(dataPath, .readOnly)
+    defer { probe.close() }
+    if let header = try? RecoveryPlan.readDataHeader(probe) {
+      isEncrypted = header.encrypted
+      do {
+        cipherResult = .success(try KeyBlock.cipher(for: probe, header: header, encryption: encryption))
+      } catch let e as EngineError where e.code != .wrongKey {
+        cipherResult = .failure(e)
+      }
+    } else {
+      isEncrypted = false
+      cipherResult = .success(nil)
+    }
+    let knownCipher = (try? cipherResult.get()) ?? nil
     var attempts = 0
     while true {
       let file = try fs.open(dataPath, .readOnly)
@@ -94,7 +122,7 @@ public final class StoreInspector {
       let size = try file.size()
       let walFile = try? fs.open(walPath, .readOnly)
       let walSalt = try? walFile?.read(at: UInt64(HeaderLayout.salt), count: 8).littleEndian(UInt64.self, at: 0)
-      let commit = try? RecoveryPlan.readCommit(file, at: shared.checkpointOffset.rawValue)
+      let commit = try? RecoveryPlan.readCommit(file, at: shared.checkpointOffset.rawValue, cipher: knownCipher)
       if size >= shared.dataFileEnd, walSalt == shared.walSalt, commit?.end == shared.dataFileEnd {
         data = file
         dataFileBytes = shared.dataFileEnd
@@ -137,8 +165,11 @@ public final class StoreInspector {
 
   func walk(_ visit: (BlockInfo, BlockFraming.Block) throws -> Bool) throws -> WalkEnd {
     var offset = UInt64(HeaderLayout.size)
+    if case .failure(let e) = cipherResult { return WalkEnd(offset: offset, problem: e) }
     while offset < dataFileBytes {
       do {
+        // An encrypted store's key block is its one clear block.
+        let keyBlock = isEncrypted && offset == KeyBlock.offset
         let head = try data.read(at: offset, count: BlockLayout.header)
         guard head.count == BlockLayout.header else {
           throw EngineError.corrupted(
@@ -147,7 +178,13 @@ public final class StoreInspector {
         let h = try BlockFraming.parseHeader(head, at: offset, path: dataPath)
         let length = BlockLayout.header + h.stored
         let bytes = try data.read(at: offset, count: length)
-        let block = try BlockFraming.parse(bytes, at: offset, expectedLength: nil, path: dataPath)
+        let block = try BlockFraming.parse(
+          bytes, at: offset, expectedLength: nil, path: dataPath, cipher: keyBlock ? nil : cipher)
+        guard (block.kind == .keyBlock) == keyBlock else {
+          throw EngineError.corrupted(
+            keyBlock ? "a \(block.kind) block where the key block belongs" : "a key block past the start of the file",
+            path: dataPath, offset: offset, rule: .f16)
+        }
         var info = BlockInfo(
           offset: offset, kind: Self.name(of: block.kind), storedLength: block.storedLength,
           rawLength: block.payload.count, compressed: block.compressed, checksum: block.checksum,
@@ -168,6 +205,7 @@ public final class StoreInspector {
     case .branch: "branch"
     case .largeValue: "large value"
     case .commit: "commit"
+    case .keyBlock: "key"
     }
   }
 
@@ -191,7 +229,7 @@ public final class StoreInspector {
   public func walSummary() throws -> WALSummary {
     let (bytes, header) = try readWAL()
     var summary = WALSummary(bytes: UInt64(bytes.count), records: 0, tornBytes: 0, lastSequence: nil)
-    let result = try WALReader.scan(bytes, salt: header.salt, path: walPath) { record in
+    let result = try WALReader.scan(bytes, salt: header.salt, path: walPath, cipher: cipher) { record in
       summary.records += 1
       summary.lastSequence = record.sequence.rawValue
     }
@@ -291,8 +329,8 @@ public final class StoreInspector {
     let latest: RecoveryPlan.LatestCheckpoint
     do {
       if let walHeader {
-        latest = try RecoveryPlan.latestCheckpoint(data, size: dataFileBytes, walHeader: walHeader)
-      } else if let found = RecoveryPlan.commitEndingFile(data, size: dataFileBytes) {
+        latest = try RecoveryPlan.latestCheckpoint(data, size: dataFileBytes, walHeader: walHeader, cipher: cipher)
+      } else if let found = RecoveryPlan.commitEndingFile(data, size: dataFileBytes, cipher: cipher) {
         latest = found
       } else {
         throw EngineError(.corrupted, "no commit record ends the data file", path: dataPath, rule: .f4)
@@ -324,7 +362,7 @@ public final class StoreInspector {
 
     // F-5 to F-13: every tree of the last checkpoint.
     progress?("trees", 0)
-    let store = NodeStore(file: data, cache: NodeCache(capacity: 16 << 20), counters: Counters())
+    let store = NodeStore(file: data, cache: NodeCache(capacity: 16 << 20), counters: Counters(), cipher: cipher)
     var trees: [String: TreeRoot] = [:]
     for root in latest.record.roots {
       trees[root.name] = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
@@ -342,7 +380,7 @@ public final class StoreInspector {
       dataHeader: dataHeader ?? DataFileHeader(storeID: walHeader.storeID, createdMilliseconds: 0),
       dataFileSize: dataFileBytes, checkpoint: latest, walHeader: walHeader,
       walBytes: walBytes, walScan: WALReader.Result(end: UInt64(HeaderLayout.size), discarded: 0, records: 0),
-      replay: [], skipped: 0, lastSequence: latest.record.sequence)
+      replay: [], skipped: 0, lastSequence: latest.record.sequence, cipher: cipher)
     do {
       try RecoveryPlan.checkContinues(walHeader, from: latest, walPath: walPath, dataPath: dataPath)
       try plan.scanLog(path: walPath)

@@ -15,9 +15,26 @@ enum WALLayout {
   /// (an all-zero magic means the record's end never reached the disk).
   static let magicValue: UInt32 = 0x571E_C48A
   static let typeTransaction: UInt8 = 1
+  /// A transaction whose payload is sealed (`nonce ‖ ciphertext ‖ tag`,
+  /// FORMAT.md §11.3): every record of an encrypted store.
+  static let typeSealedTransaction: UInt8 = 2
   /// sequence u64, syncedThrough u64, name count u16, op count u32.
   static let minimumPayload = 8 + 8 + 2 + 4
   static let maximumPayload = Int(UInt32.max) - overhead
+
+  /// What a sealed record's tag covers besides its payload: the log's salt
+  /// and the record's position (a record copied to another log or place
+  /// fails), and its header after the checksum (length, type, reserved).
+  static func associatedData(_ bytes: [UInt8], at position: Int, salt: UInt64, position filePosition: UInt64)
+    -> [UInt8]
+  {
+    var aad = [UInt8]()
+    aad.reserveCapacity(16 + header - length)
+    withUnsafeBytes(of: salt.littleEndian) { aad.append(contentsOf: $0) }
+    withUnsafeBytes(of: filePosition.littleEndian) { aad.append(contentsOf: $0) }
+    aad.append(contentsOf: bytes[(position + length)..<(position + header)])
+    return aad
+  }
 }
 
 /// Operation codes inside a transaction record (FORMAT.md §3.3).
@@ -109,8 +126,35 @@ struct WALRecordBuilder {
     }
   }
 
-  /// The framed record, ready to write at `position` of a log with `salt`.
-  func record(sequence: CommitSequence, syncedThrough: WALPosition, position: UInt64, salt: UInt64) -> [UInt8] {
+  /// The framed record, ready to write at `position` of a log with `salt`,
+  /// its payload sealed by `cipher` in an encrypted store.
+  func record(
+    sequence: CommitSequence, syncedThrough: WALPosition, position: UInt64, salt: UInt64, cipher: BlockCipher?
+  ) throws(EngineError) -> [UInt8] {
+    let plain = clearRecord(sequence: sequence, syncedThrough: syncedThrough, position: position, salt: salt)
+    guard let cipher else { return plain }
+    let stored = size + BlockCipher.overhead
+    var w = ByteWriter(capacity: WALLayout.overhead + stored)
+    w.u64(0)
+    w.u32(UInt32(stored))
+    w.u8(WALLayout.typeSealedTransaction)
+    w.zeros(3)
+    var out = w.bytes
+    let aad = WALLayout.associatedData(out, at: 0, salt: salt, position: position)
+    try cipher.seal(plain, WALLayout.header..<(WALLayout.header + size), aad: aad, into: &out)
+    var trailer = ByteWriter(capacity: WALLayout.trailer)
+    trailer.u32(UInt32(stored))
+    trailer.u32(WALLayout.magicValue)
+    out.append(contentsOf: trailer.bytes)
+    let sum = Checksum.xxh3(out, WALLayout.length..<out.count, seed: salt &+ position)
+    out.withUnsafeMutableBytes {
+      $0.storeBytes(of: sum.littleEndian, toByteOffset: WALLayout.checksum, as: UInt64.self)
+    }
+    return out
+  }
+
+  /// The framed record in clear.
+  func clearRecord(sequence: CommitSequence, syncedThrough: WALPosition, position: UInt64, salt: UInt64) -> [UInt8] {
     var w = ByteWriter(capacity: WALLayout.overhead + size)
     w.u64(0)
     w.u32(UInt32(size))
@@ -144,9 +188,12 @@ struct WALRecord {
 
 extension WALRecord {
   /// Decodes a transaction payload `bytes[range]` from the record at `position`.
-  static func decodePayload(_ bytes: [UInt8], _ range: Range<Int>, position: UInt64, path: String)
-    throws(EngineError) -> WALRecord
-  {
+  ///
+  /// `storedLength` is the payload's length in the file when that differs
+  /// from `range` (a sealed record, decoded from its plaintext).
+  static func decodePayload(
+    _ bytes: [UInt8], _ range: Range<Int>, position: UInt64, path: String, storedLength: Int? = nil
+  ) throws(EngineError) -> WALRecord {
     var r = ByteReader(
       bytes, from: range.lowerBound, to: range.upperBound, path: path, base: 0, what: "WAL record at \(position)",
       rule: .f15)
@@ -204,7 +251,8 @@ extension WALRecord {
     }
     guard r.isAtEnd else { throw r.error("\(r.remaining) stray bytes after the last operation") }
     return WALRecord(
-      position: position, length: range.count + WALLayout.overhead, sequence: sequence, syncedThrough: synced,
+      position: position, length: (storedLength ?? range.count) + WALLayout.overhead, sequence: sequence,
+      syncedThrough: synced,
       operations: ops)
   }
 }

@@ -17,6 +17,8 @@ struct WALWriter {
   let file: any StorageFile
   /// Its header.
   let header: WALHeader
+  /// Seals every record when the store is encrypted.
+  let cipher: BlockCipher?
   /// Where the next record goes: the end of the last one written.
   private(set) var written: UInt64
   /// How far the last completed fsync reached.
@@ -24,9 +26,10 @@ struct WALWriter {
 
   /// A writer for a log whose records end at `end`, durable through
   /// `durable` (all of them, unless said otherwise).
-  init(file: any StorageFile, header: WALHeader, end: UInt64, durable: UInt64? = nil) {
+  init(file: any StorageFile, header: WALHeader, cipher: BlockCipher?, end: UInt64, durable: UInt64? = nil) {
     self.file = file
     self.header = header
+    self.cipher = cipher
     self.written = end
     self.durable = min(durable ?? end, end)
   }
@@ -35,8 +38,9 @@ struct WALWriter {
   var salt: UInt64 { header.salt }
 
   /// Frames a transaction as the next record of this log.
-  func record(for builder: WALRecordBuilder, sequence: CommitSequence) -> [UInt8] {
-    builder.record(sequence: sequence, syncedThrough: WALPosition(durable), position: written, salt: salt)
+  func record(for builder: WALRecordBuilder, sequence: CommitSequence) throws(EngineError) -> [UInt8] {
+    try builder.record(
+      sequence: sequence, syncedThrough: WALPosition(durable), position: written, salt: salt, cipher: cipher)
   }
 
   /// Writes `record` at the end of the log (not yet durable). Returns where
@@ -67,12 +71,14 @@ struct WALWriter {
   /// record `sequence` at `offset`, as `cairn.wal.new` in `folder`, and
   /// fsyncs it. It becomes the store's log only once installed.
   static func prepare(
-    in folder: String, fs: any FileSystem, storeID: [UInt8], continuing sequence: CommitSequence, at offset: BlockOffset
+    in folder: String, fs: any FileSystem, storeID: [UInt8], continuing sequence: CommitSequence,
+    at offset: BlockOffset,
+    cipher: BlockCipher?
   ) throws -> PreparedLog {
     let temporary = Path.join(folder, StoreFiles.newWAL)
     let header = WALHeader(
-      storeID: storeID, salt: UInt64.random(in: 1...UInt64.max), checkpointSequence: sequence,
-      checkpointOffset: offset)
+      version: cipher == nil ? clearFormatVersion : formatVersion, storeID: storeID,
+      salt: UInt64.random(in: 1...UInt64.max), checkpointSequence: sequence, checkpointOffset: offset)
     let file = try fs.open(temporary, .create)
     do {
       try file.truncate(to: 0)
@@ -83,7 +89,8 @@ struct WALWriter {
       throw error
     }
     return PreparedLog(
-      writer: WALWriter(file: file, header: header, end: UInt64(HeaderLayout.size)), temporaryPath: temporary,
+      writer: WALWriter(file: file, header: header, cipher: cipher, end: UInt64(HeaderLayout.size)),
+      temporaryPath: temporary,
       path: Path.join(folder, StoreFiles.wal), folder: folder, fs: fs)
   }
 }
