@@ -3,7 +3,8 @@ import Foundation
 
 /// `enginectl compact PATH [--json]`
 enum CompactCommand {
-  static let usage = "usage: enginectl compact PATH [--json] [--timeout SECONDS]"
+  static let usage =
+    "usage: enginectl compact PATH [--json] [--timeout SECONDS] [--key-file FILE | --passphrase-file FILE]"
   static let help = """
     \(usage)
 
@@ -21,15 +22,18 @@ enum CompactCommand {
       --json             print the result as JSON
       --timeout SECONDS  how long to wait for the write lock (default 5)
 
+    \(keyHelp)
+
     exit: 0 compacted, 1 the compaction failed (the store is left as it was,
     or as recovery will make it), 2 usage error or not a store, 3 another
     process kept the write lock past the timeout.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
-    let a = try Arguments(args, valued: ["--timeout"], flags: ["--json"])
+    let a = try Arguments(args, valued: keyOptions.union(["--timeout"]), flags: ["--json"])
     let path = try a.path()
     var options = Options()
+    options.encryption = try a.encryption(console)
     if let t = a.value("--timeout") {
       guard let seconds = Double(t), seconds >= 0, seconds <= 86_400 else {
         throw CommandError(

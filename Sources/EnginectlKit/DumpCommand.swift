@@ -5,6 +5,7 @@ import Foundation
 enum DumpCommand {
   static let usage =
     "usage: enginectl dump PATH [--keyspace NAME] [--prefix P | --start S --end E] [--limit N] [--json] [--blocks]"
+    + " [--key-file FILE | --passphrase-file FILE]"
   static let help = """
     \(usage)
 
@@ -25,14 +26,18 @@ enum DumpCommand {
 
     Keys given as 0x… are read as hex (0x75736572 is "user").
 
-    exit: 0 done, 1 the store is damaged, 2 usage error or not a store.
+    \(keyHelp)
+
+    exit: 0 done, 1 the store is damaged, 2 usage error, not a store, or a wrong key.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
     let a = try Arguments(
-      args, valued: ["--keyspace", "--prefix", "--start", "--end", "--limit"], flags: ["--json", "--blocks"])
+      args, valued: keyOptions.union(["--keyspace", "--prefix", "--start", "--end", "--limit"]),
+      flags: ["--json", "--blocks"])
     let path = try a.path()
-    if a.has("--blocks") { return try blocks(path, json: a.has("--json"), console) }
+    let encryption = try a.encryption(console)
+    if a.has("--blocks") { return try blocks(path, json: a.has("--json"), encryption: encryption, console) }
 
     let range: KeyRange
     if let prefix = try a.key("--prefix") {
@@ -51,6 +56,7 @@ enum DumpCommand {
       options.readOnly = true
       options.createIfMissing = false
       options.cacheSize = 32 << 20
+      options.encryption = encryption
       let db = try Database.open(at: path, options: options)
       defer { try? db.close() }
       let snap = try db.snapshot()
@@ -94,10 +100,10 @@ enum DumpCommand {
     return .ok
   }
 
-  static func blocks(_ path: String, json: Bool, _ console: Console) throws -> ExitCode {
+  static func blocks(_ path: String, json: Bool, encryption: Encryption?, _ console: Console) throws -> ExitCode {
     let out = console.out
     do {
-      let inspector = try StoreInspector(path: path)
+      let inspector = try StoreInspector(path: path, encryption: encryption)
       defer { inspector.close() }
       if json { out.write("{\"path\":\(jsonString(path)),\"blocks\":[") }
       var n = 0

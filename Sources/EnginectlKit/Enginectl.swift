@@ -13,6 +13,7 @@ public enum Enginectl {
       "dump": (DumpCommand.usage, DumpCommand.help, DumpCommand.run),
       "stats": (StatsCommand.usage, StatsCommand.help, StatsCommand.run),
       "schema": (SchemaCommand.usage, SchemaCommand.help, SchemaCommand.run),
+      "rekey": (RekeyCommand.usage, RekeyCommand.help, RekeyCommand.run),
     ]
 
   static let toolHelp = """
@@ -27,14 +28,19 @@ public enum Enginectl {
       dump      print keyspaces, keys and values (or --blocks: the physical blocks)
       stats     print sizes, counts, garbage, compression and WAL figures
       schema    print each model's version, fields, types, indexes and record count
+      rekey     change an encrypted store's key, encrypt a clear store, or decrypt one
+
+    An encrypted store's key or passphrase comes from --key-file or
+    --passphrase-file, or from CAIRN_KEY or CAIRN_PASSPHRASE; never from an
+    argument.
 
     `enginectl <command> --help` describes a command.
 
     exit codes:
       0  success (verify: the store is clean)
       1  verify found problems, or a command failed on a damaged store
-      2  bad arguments, or not a store
-      3  compact: another process kept the store's write lock past the timeout
+      2  bad arguments, not a store, or a wrong key
+      3  compact, rekey: another process kept the store's write lock past the timeout
     """
 
   /// Runs enginectl with `arguments` (without the program name). Returns

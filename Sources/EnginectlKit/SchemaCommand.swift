@@ -3,7 +3,7 @@ import Foundation
 
 /// `enginectl schema PATH [--json]`
 enum SchemaCommand {
-  static let usage = "usage: enginectl schema PATH [--json]"
+  static let usage = "usage: enginectl schema PATH [--json] [--key-file FILE | --passphrase-file FILE]"
   static let help = """
     \(usage)
 
@@ -19,7 +19,9 @@ enum SchemaCommand {
     options:
       --json   print the models as JSON
 
-    exit: 0 done, 1 the store is damaged, 2 usage error or not a store.
+    \(keyHelp)
+
+    exit: 0 done, 1 the store is damaged, 2 usage error, not a store, or a wrong key.
     """
 
   /// The recorded shape, as FORMAT.md §9.1 describes its JSON.
@@ -65,11 +67,13 @@ enum SchemaCommand {
   }
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
-    let a = try Arguments(args, valued: [], flags: ["--json"])
+    let a = try Arguments(args, valued: keyOptions, flags: ["--json"])
     let path = try a.path()
+    let encryption = try a.encryption(console)
     let report: Report
     do {
       var options = Options()
+      options.encryption = encryption
       options.readOnly = true
       options.createIfMissing = false
       let db = try Database.open(at: path, options: options)

@@ -3,7 +3,7 @@ import Foundation
 
 /// `enginectl stats PATH [--json]`
 enum StatsCommand {
-  static let usage = "usage: enginectl stats PATH [--json]"
+  static let usage = "usage: enginectl stats PATH [--json] [--key-file FILE | --passphrase-file FILE]"
   static let help = """
     \(usage)
 
@@ -18,7 +18,9 @@ enum StatsCommand {
     options:
       --json   print the statistics as JSON
 
-    exit: 0 done, 1 the store is damaged, 2 usage error or not a store.
+    \(keyHelp)
+
+    exit: 0 done, 1 the store is damaged, 2 usage error, not a store, or a wrong key.
     """
 
   struct Stats: Encodable {
@@ -58,16 +60,20 @@ enum StatsCommand {
     var checkpointSequence: UInt64
     var keyspaces: [Keyspace]
     var textIndexes: [TextIndex]
+    /// Whether the store is encrypted (FORMAT.md §11).
+    var encrypted: Bool
   }
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
-    let a = try Arguments(args, valued: [], flags: ["--json"])
+    let a = try Arguments(args, valued: keyOptions, flags: ["--json"])
     let path = try a.path()
+    let encryption = try a.encryption(console)
     let progress = console.progress()
     let stats: Stats
     do {
       // Physical figures from the files, before opening.
-      let inspector = try StoreInspector(path: path)
+      let inspector = try StoreInspector(path: path, encryption: encryption)
+      let encrypted = inspector.isEncrypted
       var raw = 0
       var stored = 0
       var compressed = 0
@@ -95,6 +101,7 @@ enum StatsCommand {
       options.readOnly = true
       options.createIfMissing = false
       options.cacheSize = 32 << 20
+      options.encryption = encryption
       let db = try Database.open(at: path, options: options)
       defer { try? db.close() }
       let snap = try db.snapshot()
@@ -135,7 +142,7 @@ enum StatsCommand {
         storedPayloadBytes: stored, compressionRatio: stored == 0 ? 1 : Double(raw) / Double(stored),
         compressedBlocks: compressed, blocks: blocks, walBytes: wal.bytes, walRecords: wal.records,
         lastSequence: snap.sequence.rawValue, checkpointSequence: storage.checkpointSequence.rawValue,
-        keyspaces: keyspaces, textIndexes: texts)
+        keyspaces: keyspaces, textIndexes: texts, encrypted: encrypted)
     } catch {
       progress.finish()
       throw commandError(error, path: path)
@@ -156,6 +163,7 @@ enum StatsCommand {
         + "\(grouped(stats.storedPayloadBytes)) stored bytes; \(grouped(stats.compressedBlocks)) of "
         + "\(grouped(stats.blocks)) blocks compressed)")
     out.line("  WAL           \(grouped(stats.walBytes)) bytes, \(grouped(stats.walRecords)) records")
+    out.line("  encryption    \(stats.encrypted ? "AES-256-GCM (FORMAT.md §11)" : "none")")
     out.line("  last commit   sequence \(stats.lastSequence) (checkpointed through \(stats.checkpointSequence))")
     if stats.keyspaces.isEmpty {
       out.line("  no keyspaces")

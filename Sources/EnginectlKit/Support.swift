@@ -30,12 +30,19 @@ public final class Console {
   let err: (String) -> Void
   /// Whether long runs may draw a progress line on `err`.
   let showsProgress: Bool
+  /// The environment, where `CAIRN_KEY` and `CAIRN_PASSPHRASE` are read.
+  let environment: [String: String]
 
-  /// A console writing to `out` and `err`.
-  public init(out: @escaping ([UInt8]) -> Void, err: @escaping (String) -> Void, showsProgress: Bool = false) {
+  /// A console writing to `out` and `err`, reading the key variables from
+  /// `environment`.
+  public init(
+    out: @escaping ([UInt8]) -> Void, err: @escaping (String) -> Void, showsProgress: Bool = false,
+    environment: [String: String] = ProcessInfo.processInfo.environment
+  ) {
     self.out = Output(sink: out)
     self.err = err
     self.showsProgress = showsProgress
+    self.environment = environment
   }
 
   /// Standard output and error; progress only when stderr is a terminal.
@@ -265,6 +272,82 @@ final class Progress: @unchecked Sendable {
   }
 }
 
+/// The options every command takes for an encrypted store's key. A key or
+/// passphrase never comes as an argument (it would show in `ps` and in
+/// shell history): only from a file or the environment.
+let keyOptions: Set<String> = ["--key-file", "--passphrase-file"]
+
+/// The lines of `enginectl <command> --help` about keys.
+let keyHelp = """
+  encrypted stores (FORMAT.md §11): the key or passphrase comes from a
+  file or the environment, never from an argument:
+    --key-file FILE         32 bytes, or 64 hex digits
+    --passphrase-file FILE  the passphrase (one trailing newline dropped)
+    CAIRN_KEY               64 hex digits
+    CAIRN_PASSPHRASE        the passphrase
+  """
+
+extension Arguments {
+  /// The encryption the key options (or the environment) give, if any.
+  func encryption(_ console: Console) throws -> Encryption? {
+    try Self.encryption(keyFile: value("--key-file"), passphraseFile: value("--passphrase-file"), console)
+  }
+
+  static func encryption(keyFile: String?, passphraseFile: String?, _ console: Console) throws -> Encryption? {
+    let env = console.environment
+    let sources = [
+      keyFile.map { _ in "--key-file" }, passphraseFile.map { _ in "--passphrase-file" },
+      env["CAIRN_KEY"].map { _ in "CAIRN_KEY" }, env["CAIRN_PASSPHRASE"].map { _ in "CAIRN_PASSPHRASE" },
+    ].compactMap { $0 }
+    guard sources.count <= 1 else {
+      throw CommandError(
+        message: "give one key or passphrase, not \(sources.joined(separator: " and "))", code: .usage,
+        showUsage: true)
+    }
+    if let keyFile { return .key(try parseEncryptionKey(try readSecret(keyFile), from: "--key-file \(keyFile)")) }
+    if let passphraseFile {
+      var bytes = try readSecret(passphraseFile)
+      if bytes.last == 0x0A { bytes.removeLast() }
+      if bytes.last == 0x0D { bytes.removeLast() }
+      guard let text = String(validating: bytes, as: UTF8.self), !text.isEmpty else {
+        throw CommandError(message: "\(passphraseFile): the passphrase is empty or not UTF-8", code: .usage)
+      }
+      return .passphrase(text)
+    }
+    if let hex = env["CAIRN_KEY"] { return .key(try parseEncryptionKey(Array(hex.utf8), from: "CAIRN_KEY")) }
+    if let text = env["CAIRN_PASSPHRASE"] {
+      guard !text.isEmpty else { throw CommandError(message: "CAIRN_PASSPHRASE is empty", code: .usage) }
+      return .passphrase(text)
+    }
+    return nil
+  }
+
+  private static func readSecret(_ path: String) throws -> [UInt8] {
+    guard let data = FileManager.default.contents(atPath: path) else {
+      throw CommandError(message: "cannot read \(path)", code: .usage)
+    }
+    guard data.count <= 4096 else { throw CommandError(message: "\(path) is too long for a key", code: .usage) }
+    return Array(data)
+  }
+
+  /// 32 raw bytes, or 64 hex digits (surrounding white space ignored).
+  private static func parseEncryptionKey(_ bytes: [UInt8], from source: String) throws -> [UInt8] {
+    if bytes.count == 32 { return bytes }
+    let digits = bytes.filter { !($0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09) }
+    var key: [UInt8] = []
+    if digits.count == 64 {
+      for i in stride(from: 0, to: 64, by: 2) {
+        guard let byte = UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) else { break }
+        key.append(byte)
+      }
+    }
+    guard key.count == 32 else {
+      throw CommandError(message: "\(source): a key is 32 bytes or 64 hex digits", code: .usage)
+    }
+    return key
+  }
+}
+
 /// Maps engine errors to exit codes: usage-level (2) or store problems (1).
 func commandError(_ error: Error, path: String) -> CommandError {
   if let c = error as? CommandError { return c }
@@ -277,6 +360,8 @@ func commandError(_ error: Error, path: String) -> CommandError {
       message: "\(path): busy: another process kept the store's write lock (\(e.message)); try again",
       code: .busy)
   case .unsupportedFormat:
+    return CommandError(message: "\(path): \(e.message)", code: .usage)
+  case .wrongKey:
     return CommandError(message: "\(path): \(e.message)", code: .usage)
   default:
     return CommandError(message: "\(path): \(e)", code: .problems)

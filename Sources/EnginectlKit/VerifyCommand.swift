@@ -3,7 +3,7 @@ import Foundation
 
 /// `enginectl verify PATH [--json]`
 enum VerifyCommand {
-  static let usage = "usage: enginectl verify PATH [--json]"
+  static let usage = "usage: enginectl verify PATH [--json] [--key-file FILE | --passphrase-file FILE]"
   static let help = """
     \(usage)
 
@@ -18,16 +18,22 @@ enum VerifyCommand {
     options:
       --json   print the report as JSON
 
-    exit: 0 clean, 1 problems found, 2 usage error or not a store.
+    In an encrypted store every block and WAL record must also authenticate
+    under the key: a changed byte is reported under rule F-16.
+
+    \(keyHelp)
+
+    exit: 0 clean, 1 problems found, 2 usage error, not a store, or a wrong key.
     """
 
   static func run(_ args: [String], _ console: Console) throws -> ExitCode {
-    let a = try Arguments(args, valued: [], flags: ["--json"])
+    let a = try Arguments(args, valued: keyOptions, flags: ["--json"])
     let path = try a.path()
+    let encryption = try a.encryption(console)
     let progress = console.progress()
     let report: VerifyReport
     do {
-      let inspector = try StoreInspector(path: path)
+      let inspector = try StoreInspector(path: path, encryption: encryption)
       defer { inspector.close() }
       report = inspector.verify { phase, fraction in
         progress.update("verify: \(phase) \(Int(fraction * 100))%")

@@ -375,3 +375,79 @@ extension EncryptionTests {
     try CrashTests.killWritersRepeatedly(rounds: 20, key: Self.keyB)
   }
 }
+
+extension EncryptionTests {
+  /// enginectl on an encrypted store: the key from a file or the
+  /// environment (never an argument), wrong or missing keys refused with
+  /// exit 2, damage reported under F-16, and rekey from the command line.
+  @Test func enginectlTakesTheKeyFromAFileOrTheEnvironment() throws {
+    let folder = TempFolder("enginectl-key")
+    try FileManager.default.createDirectory(atPath: folder.path, withIntermediateDirectories: true)
+    let store = folder.sub("store")
+    let hex = Self.keyA.map { String(format: "%02x", $0) }.joined()
+    let keyFile = folder.sub("key.hex")
+    let wrongFile = folder.sub("wrong.key")
+    let phraseFile = folder.sub("phrase.txt")
+    try Data((hex + "\n").utf8).write(to: URL(fileURLWithPath: keyFile))
+    try Data(Self.keyB).write(to: URL(fileURLWithPath: wrongFile))
+    try Data("a new passphrase\n".utf8).write(to: URL(fileURLWithPath: phraseFile))
+    var options = Options()
+    options.nodeSize = 1024
+    options.encryption = .key(Self.keyA)
+    let db = try Database.open(at: store, options: options)
+    try db.write { tx in
+      for i in 0..<2_000 { try tx.put(key(i), b("secret value \(i)"), in: "main") }
+    }
+    try db.checkpoint()
+    try db.close()
+
+    func run(_ args: [String], env: [String: String] = [:]) throws -> EnginectlTests.Run {
+      var environment = ProcessInfo.processInfo.environment
+      environment["CAIRN_KEY"] = nil
+      environment["CAIRN_PASSPHRASE"] = nil
+      environment.merge(env) { $1 }
+      return try EnginectlTests.run(args, environment: environment)
+    }
+    #expect(try run(["verify", store]).status == 2)
+    #expect(try run(["verify", store]).stderr.contains("encrypted"))
+    #expect(try run(["verify", store, "--key-file", wrongFile]).status == 2)
+    #expect(try run(["verify", store, "--key-file", keyFile]).status == 0)
+    #expect(try run(["verify", store], env: ["CAIRN_KEY": hex]).status == 0)
+    #expect(try run(["verify", store, "--key-file", keyFile], env: ["CAIRN_KEY": hex]).status == 2)
+    // Never as an argument.
+    #expect(try run(["verify", store, "--key", hex]).status == 2)
+    let dump = try run(["dump", store, "--limit", "3"], env: ["CAIRN_KEY": hex])
+    #expect(dump.status == 0 && dump.stdout.contains("secret value 1"))
+    let stats = try run(["stats", store, "--key-file", keyFile])
+    #expect(stats.status == 0 && stats.stdout.contains("AES-256-GCM"), "\(stats.stderr)")
+    #expect(try run(["dump", store, "--blocks", "--key-file", keyFile]).stdout.contains("key"))
+    #expect(try run(["compact", store, "--key-file", keyFile]).status == 0)
+
+    // A changed byte inside a sealed node: verify names F-16 and the offset.
+    let dataPath = store + "/cairn.data"
+    var bytes = [UInt8](FileManager.default.contents(atPath: dataPath)!)
+    let target = 64 + KeyBlockSize.bytes + 24 + 40
+    bytes[target] ^= 0x01
+    try Data(bytes).write(to: URL(fileURLWithPath: dataPath))
+    let damaged = try run(["verify", store, "--key-file", keyFile])
+    #expect(damaged.status == 1 && damaged.stdout.contains("F-16"), "\(damaged.stdout) \(damaged.stderr)")
+    bytes[target] ^= 0x01
+    try Data(bytes).write(to: URL(fileURLWithPath: dataPath))
+
+    // Rekey to a passphrase, then decrypt.
+    let rekeyed = try run(["rekey", store, "--key-file", keyFile, "--new-passphrase-file", phraseFile])
+    #expect(rekeyed.status == 0, "\(rekeyed.stderr)")
+    #expect(try run(["verify", store, "--key-file", keyFile]).status == 2)
+    #expect(try run(["verify", store, "--passphrase-file", phraseFile]).status == 0)
+    #expect(try run(["verify", store], env: ["CAIRN_PASSPHRASE": "a new passphrase"]).status == 0)
+    #expect(try run(["rekey", store, "--passphrase-file", phraseFile]).status == 2)
+    #expect(try run(["rekey", store, "--passphrase-file", phraseFile, "--decrypt"]).status == 0)
+    #expect(try run(["verify", store]).status == 0)
+    #expect(try run(["dump", store, "--limit", "1"]).stdout.contains("secret value"))
+  }
+}
+
+/// The key block's length on disk (FORMAT.md §11.1): 24-byte framing, 52-byte payload.
+enum KeyBlockSize {
+  static let bytes = 76
+}

@@ -17,10 +17,11 @@ import Testing
   }
 
   /// Runs enginectl to completion (or kills it after `killAfter` seconds).
-  static func run(_ args: [String], killAfter: Double? = nil) throws -> Run {
+  static func run(_ args: [String], killAfter: Double? = nil, environment: [String: String]? = nil) throws -> Run {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: binary)
     p.arguments = args
+    if let environment { p.environment = environment }
     let out = Pipe()
     let err = Pipe()
     p.standardOutput = out
