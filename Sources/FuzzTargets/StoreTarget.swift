@@ -6,13 +6,17 @@
 // file, then the WAL. Flag bit 0: reseal every checksum first (so the
 // decoders see crafted content, not only checksum failures); bit 1: open for
 // writing (replay, checkpoint, write, compact) instead of read-only; bit 2:
-// no WAL file when the rest is empty.
+// no WAL file when the rest is empty; bit 3: open with ``fuzzKey`` (the
+// encrypted seeds are sealed under it), so the sealed-block and sealed-record
+// readers and the key block are fuzzed too (FORMAT.md §11).
 @_spi(Fuzzing) import Engine
 import EngineTestSupport
 import Foundation
 
 public enum StoreTarget: FuzzTarget {
   public static let name = "store"
+  /// The key the encrypted seeds are written under.
+  public static let fuzzKey: [UInt8] = (0..<32).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
 
   public static func run(_ input: [UInt8]) {
     guard input.count >= 5 else { return }
@@ -34,6 +38,7 @@ public enum StoreTarget: FuzzTarget {
     options.readOnly = flags & 2 == 0
     options.cacheSize = 1 << 20
     options.autoCompactGarbageRatio = nil
+    options.encryption = flags & 8 != 0 ? .key(fuzzKey) : nil
     do {
       let db = try Database.open(at: "/s", options: options)
       defer { try? db.close() }
@@ -70,7 +75,7 @@ public enum StoreTarget: FuzzTarget {
       // Errors are the expected answer to damaged input.
     }
     do {
-      let inspector = try StoreInspector(path: "/s", fileSystem: fs)
+      let inspector = try StoreInspector(path: "/s", fileSystem: fs, encryption: options.encryption)
       _ = inspector.verify()
       _ = try? inspector.walSummary()
       _ = try inspector.blocks { _ in true }
@@ -80,22 +85,29 @@ public enum StoreTarget: FuzzTarget {
 
   /// Seeds: real stores of several shapes, as fuzz inputs.
   public static func seeds() throws -> [(name: String, bytes: [UInt8])] {
-    var seeds: [(String, [UInt8], [UInt8])] = []
+    var seeds: [(String, [UInt8], [UInt8], UInt8)] = []
     func store(_ name: String, nodeSize: Int, leaveWAL: Bool, _ body: (Database) throws -> Void) throws {
-      let fs = MemoryFileSystem()
-      var options = Options()
-      options.fileSystem = fs
-      options.nodeSize = nodeSize
-      let db = try Database.open(at: "/s", options: options)
-      try body(db)
-      let image: MemoryFileSystem
-      if leaveWAL {
-        image = fs.powerLoss(.dropUnsynced)
-      } else {
-        try db.close()
-        image = fs
+      for encrypted in [false, true] {
+        let fs = MemoryFileSystem()
+        var options = Options()
+        options.fileSystem = fs
+        options.nodeSize = nodeSize
+        options.encryption = encrypted ? .key(fuzzKey) : nil
+        let db = try Database.open(at: "/s", options: options)
+        try body(db)
+        let image: MemoryFileSystem
+        if leaveWAL {
+          image = fs.powerLoss(.dropUnsynced)
+        } else {
+          try db.close()
+          image = fs
+        }
+        seeds.append(
+          (
+            (encrypted ? "encrypted-" : "") + name, image.contents(of: "/s/cairn.data")!,
+            image.contents(of: "/s/cairn.wal")!, encrypted ? 8 : 0
+          ))
       }
-      seeds.append((name, image.contents(of: "/s/cairn.data")!, image.contents(of: "/s/cairn.wal")!))
     }
     func key(_ i: Int) -> [UInt8] { Array(String(format: "%06d", i).utf8) }
     try store("empty", nodeSize: 512, leaveWAL: false) { _ in }
@@ -134,8 +146,9 @@ public enum StoreTarget: FuzzTarget {
       try db.write { tx in try tx.put(key(5), Array("y".utf8), in: "even") }
     }
     var inputs: [(name: String, bytes: [UInt8])] = []
-    for (name, data, wal) in seeds {
-      for flags: UInt8 in [0, 1, 2, 3] {
+    for (name, data, wal, key) in seeds {
+      for mode: UInt8 in [0, 1, 2, 3] {
+        let flags = mode | key
         let n = UInt32(data.count)
         let input =
           [flags, UInt8(n & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n >> 16 & 0xFF), UInt8(n >> 24)] + data + wal
