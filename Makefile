@@ -24,7 +24,7 @@ demo: deps
 	$(SWIFT) build -c release --product cairn-schema-demo
 	$(SWIFT) build -c release --product cairn-relationships-demo
 	$(SWIFT) build -c release --product cairn-search-demo
-	rm -rf /tmp/cairn-demo /tmp/cairn-models-demo /tmp/cairn-observe-demo /tmp/cairn-schema-demo \
+	rm -rf /tmp/cairn-demo /tmp/cairn-demo-encrypted /tmp/cairn-models-demo /tmp/cairn-observe-demo /tmp/cairn-schema-demo \
 		/tmp/cairn-relationships-demo /tmp/cairn-search-demo
 	.build/release/cairn-demo /tmp/cairn-demo
 	.build/release/cairn-models-demo /tmp/cairn-models-demo

@@ -39,3 +39,30 @@ while let entry = try cursor.next() {
 }
 try db.close()
 // quickstart:end
+
+// encryption:begin
+// An encrypted store: every node, value and WAL record sealed with
+// AES-256-GCM. A passphrase is stretched with PBKDF2 (600,000 iterations by
+// default) and a random salt kept in the store.
+let secretFolder = folder + "-encrypted"
+var secret = Options()
+secret.encryption = .passphrase("correct horse battery staple")
+let vault = try Database.open(at: secretFolder, options: secret)
+try vault.write { try $0.put(bytes("pin"), bytes("4921"), in: "secrets") }
+try vault.close()
+
+// The wrong passphrase (or none) is refused before anything is read.
+var wrong = Options()
+wrong.encryption = .passphrase("tr0ub4dor&3")
+do {
+  _ = try Database.open(at: secretFolder, options: wrong)
+} catch let error as EngineError where error.code == .wrongKey {
+  print("wrong passphrase refused:", error.message)
+}
+
+// Change the passphrase (or pass nil to decrypt): one atomic compaction.
+let reopened = try Database.open(at: secretFolder, options: secret)
+try reopened.rekey(to: .passphrase("a longer, better passphrase"))
+print("pin =", text(try reopened.snapshot().get(bytes("pin"), in: "secrets")))
+try reopened.close()
+// encryption:end

@@ -5,7 +5,7 @@ import Testing
 @Test(arguments: [
   ("quickstart", "cairn-demo"), ("models", "cairn-models-demo"), ("observe", "cairn-observe-demo"),
   ("schema", "cairn-schema-demo"), ("relationships", "cairn-relationships-demo"),
-  ("search", "cairn-search-demo"),
+  ("search", "cairn-search-demo"), ("encryption", "cairn-demo"),
 ])
 func readmeExampleIsTheDemo(marker: String, target: String) throws {
   let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
