@@ -4,3 +4,5 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/crypto.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>

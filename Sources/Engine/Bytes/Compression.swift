@@ -14,7 +14,21 @@ enum Compression {
   static func decompress(
     _ input: [UInt8], _ range: Range<Int>, rawLength: Int, path: String?, offset: UInt64
   ) throws(EngineError) -> [UInt8] {
-    guard rawLength >= 0, rawLength <= Limits.maxBlockPayload, range.count < Int(Int32.max) else {
+    var result: Result<[UInt8], EngineError> = .success([])
+    input.withUnsafeBytes { src in
+      result = Result { () throws(EngineError) in
+        try decompress(UnsafeRawBufferPointer(rebasing: src[range]), rawLength: rawLength, path: path, offset: offset)
+      }
+    }
+    return try result.get()
+  }
+
+  /// Decompresses `input`, which must expand to exactly `rawLength` bytes
+  /// (an encrypted block's payload, opened into a scratch buffer).
+  static func decompress(
+    _ input: UnsafeRawBufferPointer, rawLength: Int, path: String?, offset: UInt64
+  ) throws(EngineError) -> [UInt8] {
+    guard rawLength >= 0, rawLength <= Limits.maxBlockPayload, input.count < Int(Int32.max) else {
       throw .corrupted("compressed block claims raw length \(rawLength)", path: path, offset: offset)
     }
     // Not zero-filled first: LZ4 writes every byte it reports (a scan
@@ -25,17 +39,15 @@ enum Compression {
     // the count into the shared empty-array singleton, which
     // ThreadSanitizer reports as a race between two threads reading.
     let output = [UInt8](unsafeUninitializedCapacity: max(rawLength, 1)) { dst, initialized in
-      produced = input.withUnsafeBytes { src in
-        LZ4_decompress_safe(
-          src.baseAddress.map { ($0 + range.lowerBound).assumingMemoryBound(to: CChar.self) },
-          dst.baseAddress.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: CChar.self) },
-          Int32(range.count), Int32(rawLength))
-      }
+      produced = LZ4_decompress_safe(
+        input.baseAddress?.assumingMemoryBound(to: CChar.self),
+        dst.baseAddress.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: CChar.self) },
+        Int32(input.count), Int32(rawLength))
       initialized = produced == Int32(rawLength) ? rawLength : 0
     }
     guard produced == Int32(rawLength) else {
       throw .corrupted(
-        "LZ4 payload of \(range.count) bytes did not expand to \(rawLength) bytes (got \(produced))",
+        "LZ4 payload of \(input.count) bytes did not expand to \(rawLength) bytes (got \(produced))",
         path: path, offset: offset)
     }
     return output

@@ -19,6 +19,14 @@ final class BlockCipher: @unchecked Sendable {
   /// Bytes a sealed payload has beyond its plaintext.
   static let overhead = nonceSize + tagSize
 
+  /// `OSSL_CIPHER_PARAM_AEAD_TAG`, as a C string that lives as long as the process.
+  nonisolated(unsafe) private static let tagParameter: UnsafePointer<CChar> = {
+    let name: [CChar] = [0x74, 0x61, 0x67, 0]  // "tag"
+    let p = UnsafeMutablePointer<CChar>.allocate(capacity: name.count)
+    p.initialize(from: name, count: name.count)
+    return UnsafePointer(p)
+  }()
+
   private let key: UnsafeMutableRawBufferPointer
   private let sealers = Locked<[OpaquePointer]>([])
   private let openers = Locked<[OpaquePointer]>([])
@@ -117,36 +125,49 @@ final class BlockCipher: @unchecked Sendable {
   /// The plaintext of `sealed` (`nonce ‖ ciphertext ‖ tag`), or nil when
   /// it does not authenticate with `aad` under this key.
   func open(_ sealed: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer) -> [UInt8]? {
-    guard sealed.count >= Self.overhead, let ctx = try? context(sealing: false) else { return nil }
-    defer { recycle(ctx, sealing: false) }
+    guard sealed.count >= Self.overhead else { return nil }
     let length = sealed.count - Self.overhead
-    let base = sealed.baseAddress!
-    let nonce = base.assumingMemoryBound(to: UInt8.self)
-    let body = nonce + Self.nonceSize
-    let tag = UnsafeMutableRawPointer(mutating: base + Self.nonceSize + length)
     var ok = false
     let plain = [UInt8](unsafeUninitializedCapacity: max(length, 1)) { dst, initialized in
-      initialized = 0
-      var n: Int32 = 0
-      guard EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce) == 1 else { return }
-      if aad.count > 0 {
-        guard
-          EVP_DecryptUpdate(ctx, nil, &n, aad.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(aad.count))
-            == 1
-        else { return }
-      }
-      var produced = 0
-      if length > 0 {
-        guard EVP_DecryptUpdate(ctx, dst.baseAddress, &n, body, Int32(length)) == 1 else { return }
-        produced = Int(n)
-      }
-      guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, Int32(Self.tagSize), tag) == 1,
-        EVP_DecryptFinal_ex(ctx, dst.baseAddress! + produced, &n) == 1, produced + Int(n) == length
-      else { return }
-      initialized = length
-      ok = true
+      ok = open(sealed, aad: aad, into: UnsafeMutableRawPointer(dst.baseAddress!))
+      initialized = ok ? length : 0
     }
     return ok ? plain : nil
+  }
+
+  /// Opens `sealed` into `out`, which has room for its plaintext
+  /// (`sealed.count − overhead` bytes). Returns whether it authenticated;
+  /// when not, what `out` holds must not be used.
+  func open(_ sealed: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer, into out: UnsafeMutableRawPointer) -> Bool {
+    guard sealed.count >= Self.overhead, let ctx = try? context(sealing: false) else { return false }
+    defer { recycle(ctx, sealing: false) }
+    let length = sealed.count - Self.overhead
+    let nonce = sealed.baseAddress!.assumingMemoryBound(to: UInt8.self)
+    let body = nonce + Self.nonceSize
+    let tag = UnsafeMutableRawPointer(mutating: sealed.baseAddress! + Self.nonceSize + length)
+    let dst = out.assumingMemoryBound(to: UInt8.self)
+    var n: Int32 = 0
+    // `_ex2` and a parameter for the tag: OpenSSL 3's shorter paths (the
+    // `ctrl` form translates itself into the same parameter, by name).
+    guard EVP_CipherInit_ex2(ctx, nil, nil, nonce, 0, nil) == 1 else { return false }
+    if aad.count > 0 {
+      guard
+        EVP_DecryptUpdate(ctx, nil, &n, aad.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(aad.count))
+          == 1
+      else { return false }
+    }
+    var produced = 0
+    if length > 0 {
+      guard EVP_DecryptUpdate(ctx, dst, &n, body, Int32(length)) == 1 else { return false }
+      produced = Int(n)
+    }
+    var params = (
+      OSSL_PARAM_construct_octet_string(Self.tagParameter, tag, Self.tagSize), OSSL_PARAM_construct_end()
+    )
+    let tagSet = withUnsafeMutablePointer(to: &params) {
+      $0.withMemoryRebound(to: OSSL_PARAM.self, capacity: 2) { EVP_CIPHER_CTX_set_params(ctx, $0) }
+    }
+    return tagSet == 1 && EVP_DecryptFinal_ex(ctx, dst + produced, &n) == 1 && produced + Int(n) == length
   }
 
   /// Derives a 32-byte key from `passphrase` with PBKDF2-HMAC-SHA256.

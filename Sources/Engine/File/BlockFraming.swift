@@ -186,12 +186,21 @@ enum BlockFraming {
         "block checksum mismatch (stored \(hex(expected)), computed \(hex(actual)))", path: path, offset: offset,
         rule: cipher == nil ? .f3 : .f16)
     }
-    var stored = BlockLayout.header..<length
-    var opened: [UInt8]?
-    var trailer: ArraySlice<UInt8> = []
+    var payload: [UInt8]
     switch (cipher, h.encrypted) {
     case (nil, false):
-      break
+      let stored = BlockLayout.header..<length
+      if h.compressed {
+        do {
+          payload = try Compression.decompress(bytes, stored, rawLength: h.raw, path: path, offset: offset)
+        } catch {
+          throw error.withRule(.f3)
+        }
+      } else if bytes.count == length {
+        payload = Array(bytes[BlockLayout.header...])
+      } else {
+        payload = Array(bytes[stored])
+      }
     case (nil, true):
       throw .corrupted("a sealed block in a store that is not encrypted", path: path, offset: offset, rule: .f16)
     case (.some, false):
@@ -199,41 +208,75 @@ enum BlockFraming {
         .authenticationFailed, "a clear \(h.kind) block in an encrypted store", path: path, offset: offset,
         rule: .f16)
     case (.some(let cipher), true):
-      let clearTail = h.kind == .commit ? CommitTrailerLayout.size : 0
-      trailer = bytes[(length - clearTail)..<length]
-      var aad = [UInt8]()
-      withUnsafeBytes(of: offset.littleEndian) { aad.append(contentsOf: $0) }
-      aad.append(contentsOf: bytes[BlockLayout.kind..<BlockLayout.header])
-      aad.append(contentsOf: trailer)
-      opened = bytes.withUnsafeBytes { raw in
-        aad.withUnsafeBytes {
-          cipher.open(UnsafeRawBufferPointer(rebasing: raw[stored.lowerBound..<(length - clearTail)]), aad: $0)
-        }
-      }
-      guard opened != nil else {
-        throw EngineError(
-          .authenticationFailed, "\(h.kind) block fails authentication: its bytes were changed or the key is wrong",
-          path: path, offset: offset, rule: .f16)
-      }
-      stored = 0..<opened!.count
+      payload = try open(bytes, length: length, header: h, at: offset, path: path, cipher: cipher)
     }
-    let source = opened ?? bytes
-    var payload: [UInt8]
-    if h.compressed {
-      do {
-        payload = try Compression.decompress(source, stored, rawLength: h.raw, path: path, offset: offset)
-      } catch {
-        throw error.withRule(.f3)
-      }
-    } else if stored.lowerBound == 0 && stored.count == source.count {
-      payload = source
-    } else {
-      payload = Array(source[stored])
-    }
-    payload.append(contentsOf: trailer)
     return Block(
       kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored,
       checksum: expected)
+  }
+}
+
+extension BlockFraming {
+  /// The payload of the sealed block `bytes[0..<length]` at `offset`
+  /// (FORMAT.md §11.2): opened, then decompressed when it was compressed.
+  /// The plaintext of a compressed block goes to a scratch buffer, not an
+  /// array of its own: only the decompressed payload is allocated.
+  fileprivate static func open(
+    _ bytes: [UInt8], length: Int,
+    header h: (kind: BlockKind, compressed: Bool, stored: Int, raw: Int, encrypted: Bool),
+    at offset: UInt64, path: String?, cipher: BlockCipher
+  ) throws(EngineError) -> [UInt8] {
+    let clearTail = h.kind == .commit ? CommitTrailerLayout.size : 0
+    let sealedEnd = length - clearTail
+    let inner = h.stored - BlockCipher.overhead - clearTail
+    // Associated data, on the stack: offset, header bytes 8..<24, clear trailer.
+    var aad: (UInt64, UInt64, UInt64, UInt64) = (offset.littleEndian, 0, 0, 0)
+    // Plain optionals, not a Result: a generic enum here cost a metadata
+    // lookup per block.
+    var opened: [UInt8]?
+    var failure: EngineError?
+    bytes.withUnsafeBytes { raw in
+      withUnsafeMutableBytes(of: &aad) { a in
+        a.baseAddress!.advanced(by: 8).copyMemory(
+          from: raw.baseAddress! + BlockLayout.kind, byteCount: BlockLayout.header - BlockLayout.kind)
+        if clearTail > 0 {
+          a.baseAddress!.advanced(by: 8 + BlockLayout.header - BlockLayout.kind).copyMemory(
+            from: raw.baseAddress! + sealedEnd, byteCount: clearTail)
+        }
+      }
+      let sealed = UnsafeRawBufferPointer(rebasing: raw[BlockLayout.header..<sealedEnd])
+      withUnsafeBytes(of: &aad) { a in
+        let aadBytes = UnsafeRawBufferPointer(rebasing: a[..<(8 + BlockLayout.header - BlockLayout.kind + clearTail)])
+        if h.compressed {
+          withUnsafeTemporaryAllocation(byteCount: max(inner, 1), alignment: 16) { scratch in
+            guard cipher.open(sealed, aad: aadBytes, into: scratch.baseAddress!) else { return }
+            do throws(EngineError) {
+              opened = try Compression.decompress(
+                UnsafeRawBufferPointer(rebasing: scratch[..<inner]), rawLength: h.raw, path: path, offset: offset)
+            } catch {
+              failure = error.withRule(.f3)
+            }
+          }
+        } else {
+          var ok = false
+          var plain = [UInt8](unsafeUninitializedCapacity: max(inner + clearTail, 1)) { dst, initialized in
+            ok = cipher.open(sealed, aad: aadBytes, into: UnsafeMutableRawPointer(dst.baseAddress!))
+            initialized = ok ? inner : 0
+          }
+          if ok {
+            if clearTail > 0 { plain.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[sealedEnd..<length])) }
+            opened = plain
+          }
+        }
+      }
+    }
+    if let failure { throw failure }
+    guard let opened else {
+      throw EngineError(
+        .authenticationFailed, "\(h.kind) block fails authentication: its bytes were changed or the key is wrong",
+        path: path, offset: offset, rule: .f16)
+    }
+    return opened
   }
 }
 
