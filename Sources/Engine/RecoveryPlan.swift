@@ -185,10 +185,15 @@ struct RecoveryPlan {
   /// Reads and checks the commit record at `offset`.
   static func readCommit(_ file: any StorageFile, at offset: UInt64, cipher: BlockCipher?) throws -> LatestCheckpoint {
     let head = try file.read(at: offset, count: BlockLayout.header)
-    let h = try BlockFraming.parseHeader(head, at: offset, path: file.path)
-    guard h.kind == .commit, !h.compressed else {
-      throw EngineError(
-        .corrupted, "expected a commit record, found a \(h.kind) block", path: file.path, offset: offset, rule: .f4)
+    let h: (kind: BlockKind, compressed: Bool, stored: Int, raw: Int, encrypted: Bool)
+    do {
+      h = try BlockFraming.parseHeader(head, at: offset, path: file.path)
+      guard h.kind == .commit, !h.compressed else {
+        throw EngineError(
+          .corrupted, "expected a commit record, found a \(h.kind) block", path: file.path, offset: offset, rule: .f4)
+      }
+    } catch let error as EngineError where cipher != nil {
+      throw BlockFraming.sealed(error, path: file.path, offset: offset)
     }
     let length = BlockLayout.header + h.stored
     let bytes = try file.read(at: offset, count: length)

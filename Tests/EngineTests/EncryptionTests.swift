@@ -215,6 +215,14 @@ extension EncryptionTests {
         let finding = Self.examine(image, encryption, expected: expected)
         #expect(
           finding != .undetected && finding != .wrongData, "\(file) byte \(position) of \(original.count): \(finding)")
+        // Past the clear headers (and the data file's key block), every
+        // changed byte is a failed authentication (FORMAT.md §11, F-16).
+        let sealedFrom = file.hasSuffix(".data") ? 64 + KeyBlockSize.bytes : 64
+        if position >= sealedFrom {
+          #expect(
+            finding == .refusedAtOpen(.authenticationFailed) || finding == .failedRead(.authenticationFailed),
+            "\(file) byte \(position): \(finding)")
+        }
         tally["\(finding)", default: 0] += 1
       }
     }

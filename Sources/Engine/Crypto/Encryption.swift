@@ -200,7 +200,12 @@ struct KeyBlock: Equatable {
   /// Reads and checks the key block of a data file whose header says it is encrypted.
   static func read(from file: any StorageFile) throws -> KeyBlock {
     let bytes = try file.read(at: offset, count: blockSize)
-    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: blockSize, path: file.path, cipher: nil)
+    let block: BlockFraming.Block
+    do {
+      block = try BlockFraming.parse(bytes, at: offset, expectedLength: blockSize, path: file.path, cipher: nil)
+    } catch {
+      throw error.withRule(.f16, overriding: true)
+    }
     guard block.kind == .keyBlock, !block.compressed else {
       throw EngineError(
         .corrupted, "the data file is encrypted but holds a \(block.kind) block where its key block belongs",

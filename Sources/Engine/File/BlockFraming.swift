@@ -161,6 +161,31 @@ enum BlockFraming {
   static func parse(
     _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?, cipher: BlockCipher?
   ) throws(EngineError) -> Block {
+    guard cipher != nil else {
+      return try parseChecked(bytes, at: offset, expectedLength: expectedLength, path: path, cipher: nil)
+    }
+    // In an encrypted store a block's framing is covered by its tag and its
+    // length by the authenticated parent that references it: whatever in
+    // it fails, the block does not authenticate (F-16).
+    do {
+      return try parseChecked(bytes, at: offset, expectedLength: expectedLength, path: path, cipher: cipher)
+    } catch {
+      throw sealed(error, path: path, offset: offset)
+    }
+  }
+
+  /// `error`, found in a block of an encrypted store, as what it is there:
+  /// the block does not authenticate (F-16). Other codes pass unchanged.
+  static func sealed(_ error: EngineError, path: String?, offset: UInt64) -> EngineError {
+    guard error.code == .corrupted else { return error }
+    return EngineError(
+      .authenticationFailed, "block does not authenticate: \(error.message)", path: error.path ?? path,
+      offset: error.offset ?? offset, rule: .f16)
+  }
+
+  private static func parseChecked(
+    _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?, cipher: BlockCipher?
+  ) throws(EngineError) -> Block {
     guard bytes.count >= BlockLayout.header else {
       throw .corrupted(
         "block is truncated: \(bytes.count) bytes where a header needs \(BlockLayout.header)", path: path,

@@ -53,9 +53,12 @@ enum WALReader {
         if let evidence = evidenceAgainstTear(
           bytes, at: position, base: base, salt: salt, path: path, cipher: cipher)
         {
+          // In an encrypted log the record's framing is part of what its
+          // tag authenticates (FORMAT.md §11.3).
           throw EngineError(
-            .corrupted, "WAL record \(why), but \(evidence): a complete record was damaged", path: path,
-            offset: base + UInt64(position), rule: .f15)
+            cipher == nil ? .corrupted : .authenticationFailed,
+            "WAL record \(why), but \(evidence): a complete record was damaged", path: path,
+            offset: base + UInt64(position), rule: cipher == nil ? .f15 : .f16)
         }
         return Result(end: base + UInt64(position), discarded: UInt64(size - position), records: count)
       }
