@@ -5,7 +5,7 @@
 
 SWIFT ?= swift
 LIB_PACKAGES   := liblz4-dev libxxhash-dev libssl-dev
-BENCH_PACKAGES := $(LIB_PACKAGES) libsqlite3-dev liblmdb-dev
+BENCH_PACKAGES := $(LIB_PACKAGES) libsqlite3-dev liblmdb-dev libsqlcipher-dev
 
 .PHONY: deps bench-deps demo test test-tsan bench bench-quick fuzz fuzz-check fuzz-merge format lint clean
 

@@ -1,8 +1,9 @@
 // swift-tools-version: 6.0
 //
 // The benchmark harness: Cairn side by side with SQLite and LMDB. Its own
-// package, so the library itself links only liblz4 and libxxhash; this one
-// also links SQLite (libsqlite3-dev) and LMDB (liblmdb-dev).
+// package, so the library itself links only liblz4, libxxhash and libcrypto; this one
+// also links SQLite (libsqlite3-dev) and LMDB (liblmdb-dev), and loads
+// SQLCipher (libsqlcipher-dev) at run time for workload 18.
 
 import PackageDescription
 

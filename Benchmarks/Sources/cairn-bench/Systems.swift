@@ -51,11 +51,16 @@ final class CairnSystem: KVSystem, @unchecked Sendable {
   let db: Database
   static let keyspace = "kv"
 
-  init(folder: String, durable: Bool) throws {
+  convenience init(folder: String, durable: Bool) throws {
+    try self.init(folder: folder, durable: durable, encryption: nil)
+  }
+
+  init(folder: String, durable: Bool, encryption: Encryption?) throws {
     try FileManager.default.createDirectory(
       atPath: (folder as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
     var options = Options()
     options.durability = durable ? .full : .normal
+    options.encryption = encryption
     db = try Database.open(at: folder, options: options)
   }
 

@@ -136,6 +136,7 @@ enum Workloads {
     Migration(),
     Relationships(),
     TextSearch(),
+    EncryptedStore(),
   ]
 
   /// The workload with this id or name.
