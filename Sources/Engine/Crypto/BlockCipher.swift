@@ -172,6 +172,9 @@ final class BlockCipher: @unchecked Sendable {
 
   /// Derives a 32-byte key from `passphrase` with PBKDF2-HMAC-SHA256.
   static func deriveKey(passphrase: [UInt8], salt: [UInt8], iterations: Int) throws(EngineError) -> [UInt8] {
+    guard !passphrase.isEmpty, iterations > 0, iterations <= Int(Int32.max) else {
+      throw EngineError(.invalidArgument, "an empty passphrase or \(iterations) iterations")
+    }
     var out = [UInt8](repeating: 0, count: keySize)
     let ok = passphrase.withUnsafeBufferPointer { p in
       salt.withUnsafeBufferPointer { s in
