@@ -155,9 +155,9 @@ enum BlockFraming {
   ///
   /// - Parameter expectedLength: the length the referencing parent recorded, if any.
   /// - Throws: ``EngineError/Code/corrupted`` naming `path` and `offset` when
-  ///   the block is short, fails its checksum, or does not decompress;
-  ///   ``EngineError/Code/authenticationFailed`` (rule F-16) when a block of
-  ///   an encrypted store fails its checksum or its tag, or is not sealed.
+  ///   the block is short, fails its checksum, or does not decompress. In an
+  ///   encrypted store every such failure, a failed tag and a clear block are
+  ///   ``EngineError/Code/authenticationFailed`` (rule F-16) instead.
   static func parse(
     _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?, cipher: BlockCipher?
   ) throws(EngineError) -> Block {
