@@ -227,7 +227,8 @@ extension EncryptionTests {
       }
     }
     // Most damage is an authentication failure, by code.
-    #expect(tally.filter { $0.key.contains("authenticationFailed") }.values.reduce(0, +) > 1_000)
+    let examined = tally.values.reduce(0, +)
+    #expect(tally.filter { $0.key.contains("authenticationFailed") }.values.reduce(0, +) > examined * 3 / 4)
     print("encrypted flips: \(tally.sorted { $0.key < $1.key })")
   }
 }
