@@ -242,28 +242,7 @@ extension EncryptionTests {
     let seed = testSeed()
     var workload = PowerLossTests.Workload(seed: seed, count: 120)
     workload.encryption = .key(Self.keyA)
-    let recorder = RecordingFileSystem(MemoryFileSystem())
-    #expect(workload.run(on: recorder, acknowledged: { recorder.mark() }) == workload.transactions.count)
-    let acks = recorder.markedCounts
-    var rng = SplitMix64(seed: seed ^ 0xE4C)
-    var images = 0
-    try recorder.replay { k, disk in
-      let acknowledged = acks.filter { $0 <= k }.count
-      for model: MemoryFileSystem.PowerLoss in [
-        .dropUnsynced, .keepUnsynced(tearLastWriteAfter: Int(rng.next() % 700)),
-      ] {
-        images += 1
-        do {
-          let j = try workload.recover(disk.powerLoss(model))
-          #expect(
-            j >= acknowledged && j <= acknowledged + 1,
-            "seed \(seed), crash after op \(k), \(model): recovered \(j), acknowledged \(acknowledged)")
-        } catch {
-          Issue.record("seed \(seed), crash after op \(k), \(model): recovery failed: \(error)")
-        }
-      }
-      return true
-    }
+    let (_, images) = try workload.recoverFromEveryRecordedCrashPoint(seed: seed, rngSalt: 0xE4C)
     #expect(images > 400)
   }
 

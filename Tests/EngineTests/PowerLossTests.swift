@@ -106,6 +106,37 @@ import Testing
       return acknowledged
     }
 
+    /// Runs the workload once on a recording disk, then rebuilds the disk as
+    /// it stood after each mutating operation and cuts the power there, with
+    /// unsynced writes dropped and with them kept but the last one torn:
+    /// each image must recover the state after some transaction, with every
+    /// acknowledged one in it. Returns the crash points and images checked.
+    func recoverFromEveryRecordedCrashPoint(seed: UInt64, rngSalt: UInt64) throws -> (crashPoints: Int, images: Int) {
+      let recorder = RecordingFileSystem(MemoryFileSystem())
+      #expect(run(on: recorder, acknowledged: { recorder.mark() }) == transactions.count)
+      let acks = recorder.markedCounts
+      var rng = SplitMix64(seed: seed ^ rngSalt)
+      var images = 0
+      try recorder.replay { k, disk in
+        let acknowledged = acks.filter { $0 <= k }.count
+        for model: MemoryFileSystem.PowerLoss in [
+          .dropUnsynced, .keepUnsynced(tearLastWriteAfter: Int(rng.next() % 700)),
+        ] {
+          images += 1
+          do {
+            let j = try recover(disk.powerLoss(model))
+            #expect(
+              j >= acknowledged && j <= acknowledged + 1,
+              "seed \(seed), crash after op \(k), \(model): recovered \(j), acknowledged \(acknowledged)")
+          } catch {
+            Issue.record("seed \(seed), crash after op \(k), \(model): recovery failed: \(error)")
+          }
+        }
+        return true
+      }
+      return (recorder.mutatingCount, images)
+    }
+
     /// Opens `image` and returns the transaction number whose state it holds, or a failure.
     func recover(_ image: MemoryFileSystem) throws -> Int {
       let db = try Database.open(at: "/store", options: options(image))
@@ -183,30 +214,8 @@ import Testing
   @Test func aThousandCrashPointsFromOneRecordedRun() throws {
     let seed = testSeed()
     let workload = Workload(seed: seed, count: 320)
-    let recorder = RecordingFileSystem(MemoryFileSystem())
-    #expect(workload.run(on: recorder, acknowledged: { recorder.mark() }) == workload.transactions.count)
-    let total = recorder.mutatingCount
-    let acks = recorder.markedCounts
+    let (total, images) = try workload.recoverFromEveryRecordedCrashPoint(seed: seed, rngSalt: 0xC0FFEE)
     #expect(total >= 1_000, "only \(total) crash points")
-    var rng = SplitMix64(seed: seed ^ 0xC0FFEE)
-    var images = 0
-    try recorder.replay { k, disk in
-      let acknowledged = acks.filter { $0 <= k }.count
-      for model: MemoryFileSystem.PowerLoss in [
-        .dropUnsynced, .keepUnsynced(tearLastWriteAfter: Int(rng.next() % 700)),
-      ] {
-        images += 1
-        do {
-          let j = try workload.recover(disk.powerLoss(model))
-          #expect(
-            j >= acknowledged && j <= acknowledged + 1,
-            "seed \(seed), crash after op \(k), \(model): recovered \(j), acknowledged \(acknowledged)")
-        } catch {
-          Issue.record("seed \(seed), crash after op \(k), \(model): recovery failed: \(error)")
-        }
-      }
-      return true
-    }
     print("power loss (recorded): \(total + 1) crash points, \(images) images, seed \(seed)")
   }
 
