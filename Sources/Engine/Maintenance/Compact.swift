@@ -37,13 +37,22 @@ extension Database {
   ///   store as it was, after it poisons the store.
   @discardableResult
   public func compact() throws -> CompactionReport {
+    try checkpointAndCompact(rekeying: nil)
+  }
+
+  /// Takes the writer and the write lock, checkpoints, and compacts; with
+  /// `rekeying`, under that encryption, which this handle then opens files
+  /// with.
+  private func checkpointAndCompact(rekeying: KeyChange?) throws -> CompactionReport {
     guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
     let hold = gate.acquire()
     try checkWritable()
     let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
     defer { claim.release() }
     try checkpoint(holding: hold)
-    return try compact(holding: hold)
+    let report = try compact(holding: hold, rekeying: rekeying)
+    if let rekeying { encryption.withLock { $0 = rekeying.encryption } }
+    return report
   }
 
   /// Changes the store's encryption: a new key or passphrase for an
@@ -63,15 +72,7 @@ extension Database {
   @discardableResult
   public func rekey(to encryption: Encryption?) throws -> CompactionReport {
     let encryption = try encryption.map { (e) throws(EngineError) in try e.validated() }
-    guard !options.readOnly else { throw EngineError(.readOnly, "the store was opened read-only", path: path) }
-    let hold = gate.acquire()
-    try checkWritable()
-    let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
-    defer { claim.release() }
-    try checkpoint(holding: hold)
-    let report = try compact(holding: hold, rekeying: KeyChange(encryption: encryption))
-    self.encryption.withLock { $0 = encryption }
-    return report
+    return try checkpointAndCompact(rekeying: KeyChange(encryption: encryption))
   }
 
   /// A new encryption for the compacted file (``rekey(to:)``).
