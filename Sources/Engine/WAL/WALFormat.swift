@@ -131,35 +131,38 @@ struct WALRecordBuilder {
   func record(
     sequence: CommitSequence, syncedThrough: WALPosition, position: UInt64, salt: UInt64, cipher: BlockCipher?
   ) throws(EngineError) -> [UInt8] {
-    let plain = clearRecord(sequence: sequence, syncedThrough: syncedThrough, position: position, salt: salt)
-    guard let cipher else { return plain }
-    let stored = size + BlockCipher.overhead
-    var w = ByteWriter(capacity: WALLayout.overhead + stored)
-    w.u64(0)
-    w.u32(UInt32(stored))
-    w.u8(WALLayout.typeSealedTransaction)
-    w.zeros(3)
-    var out = w.bytes
-    let aad = WALLayout.associatedData(out, at: 0, salt: salt, position: position)
-    try cipher.seal(plain, WALLayout.header..<(WALLayout.header + size), aad: aad, into: &out)
-    var trailer = ByteWriter(capacity: WALLayout.trailer)
-    trailer.u32(UInt32(stored))
-    trailer.u32(WALLayout.magicValue)
-    out.append(contentsOf: trailer.bytes)
-    let sum = Checksum.xxh3(out, WALLayout.length..<out.count, seed: salt &+ position)
-    out.withUnsafeMutableBytes {
-      $0.storeBytes(of: sum.littleEndian, toByteOffset: WALLayout.checksum, as: UInt64.self)
+    guard let cipher else {
+      return clearRecord(sequence: sequence, syncedThrough: syncedThrough, position: position, salt: salt)
     }
-    return out
+    var payload = ByteWriter(capacity: size)
+    writePayload(&payload, sequence: sequence, syncedThrough: syncedThrough)
+    let stored = size + BlockCipher.overhead
+    var w = Self.header(type: WALLayout.typeSealedTransaction, length: stored)
+    let aad = WALLayout.associatedData(w.bytes, at: 0, salt: salt, position: position)
+    try cipher.seal(payload.bytes, 0..<size, aad: aad, into: &w.bytes)
+    return Self.finish(&w, length: stored, salt: salt, position: position)
   }
 
   /// The framed record in clear.
   func clearRecord(sequence: CommitSequence, syncedThrough: WALPosition, position: UInt64, salt: UInt64) -> [UInt8] {
-    var w = ByteWriter(capacity: WALLayout.overhead + size)
+    var w = Self.header(type: WALLayout.typeTransaction, length: size)
+    writePayload(&w, sequence: sequence, syncedThrough: syncedThrough)
+    return Self.finish(&w, length: size, salt: salt, position: position)
+  }
+
+  /// A record's header with a zero checksum, for a payload of `length`
+  /// bytes, with room for the payload and trailer.
+  private static func header(type: UInt8, length: Int) -> ByteWriter {
+    var w = ByteWriter(capacity: WALLayout.overhead + length)
     w.u64(0)
-    w.u32(UInt32(size))
-    w.u8(WALLayout.typeTransaction)
+    w.u32(UInt32(length))
+    w.u8(type)
     w.zeros(3)
+    return w
+  }
+
+  /// The transaction payload (FORMAT.md §3.3).
+  private func writePayload(_ w: inout ByteWriter, sequence: CommitSequence, syncedThrough: WALPosition) {
     w.u64(sequence.rawValue)
     w.u64(syncedThrough.rawValue)
     w.u16(UInt16(names.count))
@@ -169,7 +172,11 @@ struct WALRecordBuilder {
     }
     w.u32(UInt32(opCount))
     w.append(ops.bytes)
-    w.u32(UInt32(size))
+  }
+
+  /// Appends the trailer and fills in the checksum.
+  private static func finish(_ w: inout ByteWriter, length: Int, salt: UInt64, position: UInt64) -> [UInt8] {
+    w.u32(UInt32(length))
     w.u32(WALLayout.magicValue)
     let sum = Checksum.xxh3(w.bytes, WALLayout.length..<w.count, seed: salt &+ position)
     w.patchU64(sum, at: WALLayout.checksum)
