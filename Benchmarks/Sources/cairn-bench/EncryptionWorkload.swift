@@ -56,16 +56,8 @@ struct EncryptedStore: Workload {
     let reads = try time { _ = try readAll(reader, order[...]) }
     out.add("\(N) random reads, warm", .time, seconds: reads, ops: n)
 
-    var rows = 0
-    let full = try time { rows = try reader.scanAll(batch: 1_000, first: {}) }
-    guard rows == n else { throw BenchError("full scan saw \(rows) of \(n)") }
-    out.add("full scan of \(N)", .time, seconds: full, ops: n)
-
-    let scans = c.n(10_000)
-    let starts = shuffledIndices(n, seed: c.seed ^ 4).prefix(scans).map { data.keys[$0] }
-    var total = 0
-    let short = try time { for k in starts { total += try reader.scan(from: k, count: 100) } }
-    out.add("\(Workloads.label(scans)) range scans of 100", .time, seconds: short, ops: scans, note: "\(total) rows")
+    try Scans.timeFullScan(reader, n, into: out)
+    try Scans.timeRangeScans(reader, data, c, into: out)
     reader.close()
 
     // Cold reads: a fresh reader over a store just reopened, so every node

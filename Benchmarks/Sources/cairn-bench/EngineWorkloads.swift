@@ -100,23 +100,32 @@ struct Scans: Workload {
 
   func run(system name: String, config c: Config, build: Bool, into out: Recorder) throws {
     let n = c.records
-    let N = Workloads.label(n)
     let data = DataSet(count: n, values: .text, seed: c.seed)
     let s = try openSystem(name, folder: c.folder + "/store")
     try s.load(data.keys, data.values)
     let reader = try s.reader()
     _ = try reader.scanAll(batch: 1_000, first: {})  // warm
+    try Self.timeFullScan(reader, n, into: out)
+    try Self.timeRangeScans(reader, data, c, into: out)
+    reader.close()
+    try s.close()
+  }
+
+  /// Times a full scan in batches of 1,000 (checking it sees all `n`) and records the row.
+  static func timeFullScan(_ reader: KVReader, _ n: Int, into out: Recorder) throws {
     var rows = 0
     let full = try time { rows = try reader.scanAll(batch: 1_000, first: {}) }
     guard rows == n else { throw BenchError("full scan saw \(rows) of \(n)") }
-    out.add("full scan of \(N)", .time, seconds: full, ops: n)
+    out.add("full scan of \(Workloads.label(n))", .time, seconds: full, ops: n)
+  }
+
+  /// Times 10,000 (at scale 1) range scans of 100 from random keys of `data` and records the row.
+  static func timeRangeScans(_ reader: KVReader, _ data: DataSet, _ c: Config, into out: Recorder) throws {
     let scans = c.n(10_000)
-    let starts = shuffledIndices(n, seed: c.seed ^ 4).prefix(scans).map { data.keys[$0] }
+    let starts = shuffledIndices(data.keys.count, seed: c.seed ^ 4).prefix(scans).map { data.keys[$0] }
     var total = 0
     let short = try time { for k in starts { total += try reader.scan(from: k, count: 100) } }
     out.add("\(Workloads.label(scans)) range scans of 100", .time, seconds: short, ops: scans, note: "\(total) rows")
-    reader.close()
-    try s.close()
   }
 }
 

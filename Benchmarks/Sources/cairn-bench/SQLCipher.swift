@@ -210,28 +210,9 @@ final class SQLCipherReader: KVReader, @unchecked Sendable {
 
   func scanAll(batch: Int, first: () -> Void) throws -> Int {
     _ = api.reset(all.stmt)
-    var n = 0
-    var rows: [([UInt8], [UInt8])] = []
-    rows.reserveCapacity(batch)
-    var firstDone = false
-    while api.step(all.stmt) == SQLITE_ROW {
-      let k = api.columnBlob(all.stmt, 0)
-      let kn = Int(api.columnBytes(all.stmt, 0))
-      let v = api.columnBlob(all.stmt, 1)
-      let vn = Int(api.columnBytes(all.stmt, 1))
-      rows.append(
-        (Array(UnsafeRawBufferPointer(start: k, count: kn)), Array(UnsafeRawBufferPointer(start: v, count: vn))))
-      if rows.count == batch {
-        if !firstDone {
-          first()
-          firstDone = true
-        }
-        n += rows.count
-        rows.removeAll(keepingCapacity: true)
-      }
+    return collectRows(batch: batch, first: first, step: { api.step(all.stmt) == SQLITE_ROW }) {
+      UnsafeRawBufferPointer(start: api.columnBlob(all.stmt, $0), count: Int(api.columnBytes(all.stmt, $0)))
     }
-    if !rows.isEmpty && !firstDone { first() }
-    return n + rows.count
   }
 
   func refresh() throws {

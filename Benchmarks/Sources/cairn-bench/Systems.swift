@@ -315,31 +315,10 @@ final class SQLiteReader: KVReader, @unchecked Sendable {
 
   func scanAll(batch: Int, first: () -> Void) throws -> Int {
     sqlite3_reset(all.stmt)
-    var n = 0
-    var rows: [([UInt8], [UInt8])] = []
-    rows.reserveCapacity(batch)
-    var firstDone = false
-    while sqlite3_step(all.stmt) == SQLITE_ROW {
-      let k = sqlite3_column_blob(all.stmt, 0)
-      let kn = Int(sqlite3_column_bytes(all.stmt, 0))
-      let v = sqlite3_column_blob(all.stmt, 1)
-      let vn = Int(sqlite3_column_bytes(all.stmt, 1))
-      rows.append(
-        (
-          Array(UnsafeRawBufferPointer(start: k, count: kn)),
-          Array(UnsafeRawBufferPointer(start: v, count: vn))
-        ))
-      if rows.count == batch {
-        if !firstDone {
-          first()
-          firstDone = true
-        }
-        n += rows.count
-        rows.removeAll(keepingCapacity: true)
-      }
+    return collectRows(batch: batch, first: first, step: { sqlite3_step(all.stmt) == SQLITE_ROW }) {
+      UnsafeRawBufferPointer(
+        start: sqlite3_column_blob(all.stmt, $0), count: Int(sqlite3_column_bytes(all.stmt, $0)))
     }
-    if !rows.isEmpty && !firstDone { first() }
-    return n + rows.count
   }
 
   func refresh() throws {
@@ -354,6 +333,34 @@ final class SQLiteReader: KVReader, @unchecked Sendable {
 }
 
 let SQLITE_TRANSIENT = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// Steps a `SELECT k, v` statement to its end, copying each row's key and
+/// value into arrays kept in batches of `batch` (as a caller that holds a
+/// batch would), and calls `first` once the first batch is full (or at the
+/// end, if there were fewer rows). `column(i)` is column i's bytes for the
+/// current row. Returns the number of rows. SQLite and SQLCipher read their
+/// full scans through it.
+func collectRows(
+  batch: Int, first: () -> Void, step: () -> Bool, column: (Int32) -> UnsafeRawBufferPointer
+) -> Int {
+  var n = 0
+  var rows: [([UInt8], [UInt8])] = []
+  rows.reserveCapacity(batch)
+  var firstDone = false
+  while step() {
+    rows.append((Array(column(0)), Array(column(1))))
+    if rows.count == batch {
+      if !firstDone {
+        first()
+        firstDone = true
+      }
+      n += rows.count
+      rows.removeAll(keepingCapacity: true)
+    }
+  }
+  if !rows.isEmpty && !firstDone { first() }
+  return n + rows.count
+}
 
 // MARK: LMDB
 
