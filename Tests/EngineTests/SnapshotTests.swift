@@ -109,6 +109,42 @@ import Testing
     try db.close()
   }
 
+  /// The cache counters are split per thread (StripedCounter); reads on
+  /// several threads at once must still all be counted.
+  @Test func nodeReadsOnSeveralThreadsAreAllCounted() throws {
+    let folder = TempFolder("striped")
+    var options = Options()
+    options.cacheSize = 64 << 20
+    let db = try Database.open(at: folder.path, options: options)
+    try db.write { tx in for i in 0..<20_000 { try tx.put(key(i), b("value \(i)"), in: "ks") } }
+    try db.checkpoint()
+    let snapshot = try db.snapshot()
+    let keys = (0..<2_000).map { key($0 * 10) }
+    @Sendable func readAll() throws {
+      for k in keys { #expect(try snapshot.get(k, in: "ks") != nil) }
+    }
+    try readAll()  // the pinned top and every leaf are loaded now
+    var before = db.statistics
+    try readAll()
+    let one = db.statistics.since(before).nodeReads
+    #expect(one >= keys.count, "each read should pass through the cache at least once")
+    before = db.statistics
+    let threads = 4
+    let group = DispatchGroup()
+    let failures = Locked2<[String]>([])
+    for _ in 0..<threads {
+      group.enter()
+      Thread.detachNewThread {
+        defer { group.leave() }
+        do { try readAll() } catch { failures.update { $0.append("\(error)") } }
+      }
+    }
+    group.wait()
+    #expect(failures.read { $0 }.isEmpty)
+    #expect(db.statistics.since(before).nodeReads == threads * one)
+    try db.close()
+  }
+
   @Test func concurrentCommittersShareFsyncs() throws {
     let folder = TempFolder("group")
     let db = try Database.open(at: folder.path)

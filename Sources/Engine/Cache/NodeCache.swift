@@ -87,7 +87,9 @@ final class NodeCache: @unchecked Sendable {
     let s = shards + k
     guard let i = Self.find(s, offset.rawValue) else { return nil }
     let slot = s.pointee.slots + i
-    slot.pointee.referenced = true
+    // Written only when it changes: a hot node's slot stays a clean line
+    // that every core may keep a copy of.
+    if !slot.pointee.referenced { slot.pointee.referenced = true }
     return slot.pointee.node
   }
 

@@ -1,3 +1,4 @@
+import CAtomics
 import Synchronization
 
 /// A counter many threads add to without a lock.
@@ -8,12 +9,48 @@ final class Counter: Sendable {
   var current: Int { value.load(ordering: .relaxed) }
 }
 
+/// A counter every reader adds to, split into stripes on cache lines of
+/// their own: each thread adds to its stripe, and reading the counter sums
+/// them.
+///
+/// One shared word would be written by every read on every thread, and its
+/// cache line would move between cores on each add: with one ``Counter``
+/// of cache hits, two threads read 1.5 times what one did instead of twice.
+final class StripedCounter: @unchecked Sendable {
+  // Safe: allocated in init, freed in deinit; each word is touched only by
+  // atomic operations.
+  private let words: UnsafeMutableRawPointer
+  private static let stripes = 16
+  /// Bytes between stripes: two cache lines, as adjacent lines are fetched in pairs.
+  private static let stride = 128
+
+  init() {
+    words = .allocate(byteCount: Self.stripes * Self.stride, alignment: Self.stride)
+    words.initializeMemory(as: UInt8.self, repeating: 0, count: Self.stripes * Self.stride)
+  }
+
+  deinit { words.deallocate() }
+
+  @inline(__always) func add(_ n: Int) {
+    let stripe = Int(cairn_thread_number()) & (Self.stripes - 1)
+    cairn_add_relaxed(words + stripe * Self.stride, UInt64(bitPattern: Int64(n)))
+  }
+
+  var current: Int {
+    (0..<Self.stripes).reduce(0) { sum, i in
+      sum &+ Int(truncatingIfNeeded: cairn_load_relaxed(words + i * Self.stride))
+    }
+  }
+}
+
 /// The engine's I/O counters (one set per open database).
 final class Counters: Sendable {
-  let nodeCacheHits = Counter()
-  let nodeCacheMisses = Counter()
+  // Added to by every read on every thread.
+  let nodeCacheHits = StripedCounter()
+  let nodeCacheMisses = StripedCounter()
+  let bytesRead = StripedCounter()
+  // Added to by the writer, checkpoints and compactions.
   let nodesWritten = Counter()
-  let bytesRead = Counter()
   let dataBytesWritten = Counter()
   let walBytesWritten = Counter()
   let dataSyncs = Counter()
