@@ -112,11 +112,13 @@ struct Scans: Workload {
   }
 
   /// Times a full scan in batches of 1,000 (checking it sees all `n`) and records the row.
-  static func timeFullScan(_ reader: KVReader, _ n: Int, into out: Recorder) throws {
+  static func timeFullScan(_ reader: KVReader, _ n: Int, into out: Recorder, note: @autoclosure () -> String? = nil)
+    throws
+  {
     var rows = 0
     let full = try time { rows = try reader.scanAll(batch: 1_000, first: {}) }
     guard rows == n else { throw BenchError("full scan saw \(rows) of \(n)") }
-    out.add("full scan of \(Workloads.label(n))", .time, seconds: full, ops: n)
+    out.add("full scan of \(Workloads.label(n))", .time, seconds: full, ops: n, note: note())
   }
 
   /// Times 10,000 (at scale 1) range scans of 100 from random keys of `data` and records the row.

@@ -55,12 +55,14 @@ final class CairnSystem: KVSystem, @unchecked Sendable {
     try self.init(folder: folder, durable: durable, encryption: nil)
   }
 
-  init(folder: String, durable: Bool, encryption: Encryption?) throws {
+  /// `cacheBytes` is the node cache's budget (default: Cairn's, 128 MiB).
+  init(folder: String, durable: Bool, encryption: Encryption?, cacheBytes: Int? = nil) throws {
     try FileManager.default.createDirectory(
       atPath: (folder as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
     var options = Options()
     options.durability = durable ? .full : .normal
     options.encryption = encryption
+    if let cacheBytes { options.cacheSize = cacheBytes }
     db = try Database.open(at: folder, options: options)
   }
 
@@ -151,13 +153,15 @@ final class CairnReader: KVReader, @unchecked Sendable {
 /// SQLite through its C API: WAL journal mode, synchronous=FULL when durable
 /// and NORMAL when relaxed, prepared statements, one transaction per batch,
 /// `(k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID`, a 128 MiB page cache (the
-/// size of Cairn's default node cache).
+/// size of Cairn's default node cache) unless told another size.
 final class SQLiteSystem: KVSystem, @unchecked Sendable {
   let path: String
   let durable: Bool
   let db: OpaquePointer
+  /// Page cache per connection, in bytes.
+  let cacheBytes: Int
 
-  static func open(_ path: String, durable: Bool) throws -> OpaquePointer {
+  static func open(_ path: String, durable: Bool, cacheBytes: Int = 128 << 20) throws -> OpaquePointer {
     var db: OpaquePointer?
     guard
       sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
@@ -167,7 +171,7 @@ final class SQLiteSystem: KVSystem, @unchecked Sendable {
     // (workload 14), switching to WAL mode can find it locked.
     for pragma in [
       "PRAGMA busy_timeout=60000", "PRAGMA journal_mode=WAL", "PRAGMA synchronous=\(durable ? "FULL" : "NORMAL")",
-      "PRAGMA cache_size=-131072",
+      "PRAGMA cache_size=-\(cacheBytes >> 10)",
     ] {
       try exec(db, pragma)
     }
@@ -183,11 +187,16 @@ final class SQLiteSystem: KVSystem, @unchecked Sendable {
     }
   }
 
-  init(folder: String, durable: Bool) throws {
+  convenience init(folder: String, durable: Bool) throws {
+    try self.init(folder: folder, durable: durable, cacheBytes: 128 << 20)
+  }
+
+  init(folder: String, durable: Bool, cacheBytes: Int) throws {
     try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
     path = folder + "/db.sqlite"
     self.durable = durable
-    db = try Self.open(path, durable: durable)
+    self.cacheBytes = cacheBytes
+    db = try Self.open(path, durable: durable, cacheBytes: cacheBytes)
     try Self.exec(db, "CREATE TABLE IF NOT EXISTS kv(k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID")
   }
 
@@ -261,7 +270,7 @@ final class SQLiteSystem: KVSystem, @unchecked Sendable {
     }
   }
 
-  func reader() throws -> KVReader { try SQLiteReader(path: path, durable: durable) }
+  func reader() throws -> KVReader { try SQLiteReader(path: path, durable: durable, cacheBytes: cacheBytes) }
 
   func fileSize() throws -> UInt64 {
     try Self.exec(db, "PRAGMA wal_checkpoint(TRUNCATE)")
@@ -284,8 +293,8 @@ final class SQLiteReader: KVReader, @unchecked Sendable {
   let range: SQLiteSystem.Statement
   let all: SQLiteSystem.Statement
 
-  init(path: String, durable: Bool) throws {
-    db = try SQLiteSystem.open(path, durable: durable)
+  init(path: String, durable: Bool, cacheBytes: Int = 128 << 20) throws {
+    db = try SQLiteSystem.open(path, durable: durable, cacheBytes: cacheBytes)
     select = try .init(db, "SELECT v FROM kv WHERE k = ?")
     range = try .init(db, "SELECT k, v FROM kv WHERE k >= ? ORDER BY k LIMIT ?")
     all = try .init(db, "SELECT k, v FROM kv ORDER BY k")

@@ -34,10 +34,13 @@ struct Config: Codable {
   var records: Int { n(1_000_000) }
 }
 
-func openSystem(_ name: String, folder: String, durable: Bool = true) throws -> any KVSystem {
+/// Opens `name`'s store in `folder`. `cacheBytes` sets Cairn's node cache
+/// and SQLite's page cache (LMDB has none: it reads through its map).
+func openSystem(_ name: String, folder: String, durable: Bool = true, cacheBytes: Int? = nil) throws -> any KVSystem {
   switch name {
-  case "cairn", "cairn-perkey": return try CairnSystem(folder: folder, durable: durable)
-  case "sqlite": return try SQLiteSystem(folder: folder, durable: durable)
+  case "cairn", "cairn-perkey":
+    return try CairnSystem(folder: folder, durable: durable, encryption: nil, cacheBytes: cacheBytes)
+  case "sqlite": return try SQLiteSystem(folder: folder, durable: durable, cacheBytes: cacheBytes ?? 128 << 20)
   case "lmdb": return try LMDBSystem(folder: folder, durable: durable)
   default: throw BenchError("unknown system \(name)")
   }
@@ -137,6 +140,7 @@ enum Workloads {
     Relationships(),
     TextSearch(),
     EncryptedStore(),
+    LargeStore(),
   ]
 
   /// The workload with this id or name.
