@@ -75,3 +75,64 @@ public struct Entry: Sendable, Hashable {
     self.value = value
   }
 }
+
+/// Entries held in one buffer that is reused from batch to batch: what
+/// ``Cursor/next(batch:into:)`` fills.
+///
+/// Keys and values are copied into a single byte buffer, with their ends in
+/// a second one; clearing keeps both buffers' capacity, so a scan that
+/// reads into the same batch allocates only until the buffers have grown to
+/// a batch's size. Read an entry in place with ``withKey(at:_:)`` and
+/// ``withValue(at:_:)``, or copy it out with ``subscript(_:)``.
+public struct EntryBatch: Sendable {
+  private var bytes: [UInt8] = []
+  /// Per entry: where its key ends and where its value ends in `bytes`.
+  private var ends: [Int] = []
+
+  /// An empty batch.
+  public init() {}
+
+  /// Entries held.
+  public var count: Int { ends.count / 2 }
+  /// Whether it holds no entry.
+  public var isEmpty: Bool { ends.isEmpty }
+  /// Bytes of keys and values held.
+  public var byteCount: Int { bytes.count }
+
+  /// Drops every entry, keeping the buffers' capacity.
+  public mutating func removeAll() {
+    bytes.removeAll(keepingCapacity: true)
+    ends.removeAll(keepingCapacity: true)
+  }
+
+  /// Adds an entry at the end.
+  public mutating func append(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+    bytes.append(contentsOf: key)
+    ends.append(bytes.count)
+    bytes.append(contentsOf: value)
+    ends.append(bytes.count)
+  }
+
+  private func bounds(_ i: Int) -> (start: Int, keyEnd: Int, valueEnd: Int) {
+    precondition(i >= 0 && i < count, "entry \(i) of a batch of \(count)")
+    return (i == 0 ? 0 : ends[2 * i - 1], ends[2 * i], ends[2 * i + 1])
+  }
+
+  /// Calls `body` with the key of entry `i` in place; the buffer is valid only inside `body`.
+  public func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    let b = bounds(i)
+    return try bytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[b.start..<b.keyEnd])) }
+  }
+
+  /// Calls `body` with the value of entry `i` in place; the buffer is valid only inside `body`.
+  public func withValue<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    let b = bounds(i)
+    return try bytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[b.keyEnd..<b.valueEnd])) }
+  }
+
+  /// Entry `i`, copied out.
+  public subscript(i: Int) -> Entry {
+    let b = bounds(i)
+    return Entry(key: Array(bytes[b.start..<b.keyEnd]), value: Array(bytes[b.keyEnd..<b.valueEnd]))
+  }
+}

@@ -272,6 +272,49 @@ import Testing
     }
   }
 
+  @Test func batchesInOneReusedBufferHoldWhatNextReturns() throws {
+    let (_, snap, range, copying) = try Self.rangeWithALargeValue()
+    for size in [1, 7, 64, 5_000] {
+      // Arrays per entry.
+      let c = try snap.cursor(in: "ks", range: range)
+      var arrays: [Entry] = []
+      while case let batch = try c.next(batch: size), !batch.isEmpty {
+        #expect(batch.count <= size)
+        arrays += batch
+      }
+      #expect(arrays == copying, "next(batch: \(size))")
+
+      // One buffer reused from batch to batch.
+      let d = try snap.cursor(in: "ks", range: range)
+      var batch = EntryBatch()
+      var reused: [Entry] = []
+      var inPlace: [Entry] = []
+      while try d.next(batch: size, into: &batch) > 0 {
+        #expect(batch.count <= size && !batch.isEmpty)
+        for i in 0..<batch.count {
+          reused.append(batch[i])
+          inPlace.append(
+            Entry(key: batch.withKey(at: i) { Array($0) }, value: batch.withValue(at: i) { Array($0) }))
+        }
+      }
+      #expect(reused == copying, "next(batch: \(size), into:)")
+      #expect(inPlace == copying)
+      #expect(batch.isEmpty && batch.count == 0 && batch.byteCount == 0)
+    }
+
+    // A batch leaves the cursor just past its last entry, for next() and
+    // previous() alike, and stays valid after the cursor moves on.
+    let c = try snap.cursor(in: "ks", range: range)
+    var batch = EntryBatch()
+    #expect(try c.next(batch: 10, into: &batch) == 10)
+    #expect(try c.next() == copying[10])
+    #expect(try c.previous() == copying[10])
+    #expect(try c.previous() == copying[9])
+    _ = try c.next(batch: 3)
+    #expect(batch[9] == copying[9])
+    #expect(batch.byteCount == copying[0..<10].reduce(0) { $0 + $1.key.count + $1.value.count })
+  }
+
   @Test func forEachVisitsWhatNextAndPreviousReturnAndStopsWhereTold() throws {
     let (_, snap, range, copying) = try Self.rangeWithALargeValue()
 

@@ -106,6 +106,10 @@ struct Scans: Workload {
     let reader = try s.reader()
     _ = try reader.scanAll(batch: 1_000, first: {})  // warm
     try Self.timeFullScan(reader, n, into: out)
+    var rows = 0
+    let inPlace = try time { rows = try reader.scanInPlace() }
+    guard rows == n else { throw BenchError("in-place scan saw \(rows) of \(n)") }
+    out.add("full scan of \(Workloads.label(n)), nothing copied", .time, seconds: inPlace, ops: n)
     try Self.timeRangeScans(reader, data, c, into: out)
     reader.close()
     try s.close()

@@ -208,6 +208,13 @@ final class SQLCipherReader: KVReader, @unchecked Sendable {
     return n + (sum & 0)
   }
 
+  func scanInPlace() throws -> Int {
+    _ = api.reset(all.stmt)
+    return touchRows(step: { api.step(all.stmt) == SQLITE_ROW }) {
+      api.columnBlob(all.stmt, $0).map { Int($0.load(as: UInt8.self)) } ?? 0
+    }
+  }
+
   func scanAll(batch: Int, first: () -> Void) throws -> Int {
     _ = api.reset(all.stmt)
     return collectRows(batch: batch, first: first, step: { api.step(all.stmt) == SQLITE_ROW }) {

@@ -40,6 +40,10 @@ protocol KVReader: AnyObject, Sendable {
   func scan(from key: [UInt8], count: Int) throws -> Int
   /// Reads every entry in key order, `batch` at a time; calls `first` after the first batch.
   func scanAll(batch: Int, first: () -> Void) throws -> Int
+  /// Reads every entry in key order where the system keeps it, copying
+  /// nothing (Cairn's `Cursor.forEach`, LMDB's `MDB_val`s into its map,
+  /// SQLite's column pointers), touching each key's and value's first byte.
+  func scanInPlace() throws -> Int
   /// Starts a new snapshot (read transaction) seeing the latest commit.
   func refresh() throws
   func close()
@@ -126,6 +130,18 @@ final class CairnReader: KVReader, @unchecked Sendable {
     while n < count, let first = try c.next({ _, v in v.first ?? 0 }) {
       sum &+= Int(first)
       n += 1
+    }
+    return n + (sum & 0)
+  }
+
+  func scanInPlace() throws -> Int {
+    let c = try snapshot.cursor(in: CairnSystem.keyspace)
+    var n = 0
+    var sum = 0
+    try c.forEach { k, v in
+      sum &+= Int(k.first ?? 0) &+ Int(v.first ?? 0)
+      n += 1
+      return true
     }
     return n + (sum & 0)
   }
@@ -322,6 +338,13 @@ final class SQLiteReader: KVReader, @unchecked Sendable {
     return n + (sum & 0)
   }
 
+  func scanInPlace() throws -> Int {
+    sqlite3_reset(all.stmt)
+    return touchRows(step: { sqlite3_step(all.stmt) == SQLITE_ROW }) {
+      sqlite3_column_blob(all.stmt, $0).map { Int($0.load(as: UInt8.self)) } ?? 0
+    }
+  }
+
   func scanAll(batch: Int, first: () -> Void) throws -> Int {
     sqlite3_reset(all.stmt)
     return collectRows(batch: batch, first: first, step: { sqlite3_step(all.stmt) == SQLITE_ROW }) {
@@ -369,6 +392,19 @@ func collectRows(
   }
   if !rows.isEmpty && !firstDone { first() }
   return n + rows.count
+}
+
+/// Steps a `SELECT k, v` statement to its end without copying: `firstByte(i)`
+/// reads the first byte of column i of the current row in place (0 when
+/// empty). Returns the number of rows.
+func touchRows(step: () -> Bool, firstByte: (Int32) -> Int) -> Int {
+  var n = 0
+  var sum = 0
+  while step() {
+    sum &+= firstByte(0) &+ firstByte(1)
+    n += 1
+  }
+  return n + (sum & 0)
 }
 
 // MARK: LMDB
@@ -524,6 +560,24 @@ final class LMDBReader: KVReader, @unchecked Sendable {
     var n = 0
     var sum = 0
     while rc == 0 && n < count {
+      if v.mv_size > 0, let p = v.mv_data { sum &+= Int(p.load(as: UInt8.self)) }
+      n += 1
+      rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
+    }
+    return n + (sum & 0)
+  }
+
+  func scanInPlace() throws -> Int {
+    var cursor: OpaquePointer?
+    try LMDBSystem.check(mdb_cursor_open(txn, system.dbi, &cursor), "cursor")
+    defer { mdb_cursor_close(cursor) }
+    var k = MDB_val()
+    var v = MDB_val()
+    var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
+    var n = 0
+    var sum = 0
+    while rc == 0 {
+      if k.mv_size > 0, let p = k.mv_data { sum &+= Int(p.load(as: UInt8.self)) }
       if v.mv_size > 0, let p = v.mv_data { sum &+= Int(p.load(as: UInt8.self)) }
       n += 1
       rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)

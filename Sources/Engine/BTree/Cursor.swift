@@ -360,12 +360,37 @@ public final class Cursor {
 
   /// Up to `maxCount` entries after the cursor, moving past them. An empty
   /// array means the end of the range.
+  ///
+  /// Each entry is two new arrays. ``next(batch:into:)`` reads into one
+  /// reusable buffer instead, and ``forEach(_:)`` copies nothing.
   public func next(batch maxCount: Int) throws -> [Entry] {
     precondition(maxCount > 0, "batch size must be positive")
     var batch: [Entry] = []
     batch.reserveCapacity(Swift.min(maxCount, 1024))
-    while batch.count < maxCount, let entry = try next() { batch.append(entry) }
+    try visitEach(forward: true) { k, v in
+      batch.append(Entry(key: Array(k), value: Array(v)))
+      return batch.count < maxCount
+    }
     return batch
+  }
+
+  /// Replaces what `batch` holds with up to `maxCount` entries after the
+  /// cursor, moving past them, and returns how many; 0 means the end of the
+  /// range.
+  ///
+  /// The entries' bytes are copied into the batch's own buffer, which it
+  /// keeps from one call to the next: once it has grown to a batch's size,
+  /// reading allocates nothing, where ``next(batch:)`` allocates two arrays
+  /// per entry. The batch stays valid after the cursor moves on.
+  @discardableResult
+  public func next(batch maxCount: Int, into batch: inout EntryBatch) throws -> Int {
+    precondition(maxCount > 0, "batch size must be positive")
+    batch.removeAll()
+    try visitEach(forward: true) { k, v in
+      batch.append(key: k, value: v)
+      return batch.count < maxCount
+    }
+    return batch.count
   }
 
   /// The key after the cursor without moving, or nil at the end.
