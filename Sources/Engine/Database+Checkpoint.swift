@@ -22,12 +22,16 @@
 /// 6. Publish the same state with on-disk references, so the in-memory
 ///    nodes can be freed once no snapshot holds them.
 extension Database {
-  /// Checkpoints if the WAL has passed the threshold (and another process
-  /// did not checkpoint it meanwhile).
+  /// Checkpoints if the WAL or the nodes commits copied into memory have
+  /// passed their thresholds (and another process did not checkpoint
+  /// meanwhile).
   func checkpointIfNeeded() throws {
     let hold = gate.acquire()
+    let copied = hold.state.copiedSinceCheckpoint > options.checkpointMemoryThreshold ?? Int.max
     let due = {
-      self.pipeline.withLock { $0.poison == nil && $0.wal.written > UInt64(self.options.checkpointThreshold) }
+      self.pipeline.withLock {
+        $0.poison == nil && (copied || $0.wal.written > UInt64(self.options.checkpointThreshold))
+      }
     }
     guard !isClosed, due() else { return }
     let claim = try claimWriteLock(holding: hold, timeout: options.busyTimeout)
@@ -106,6 +110,7 @@ extension Database {
     // 6. Publish the on-disk form, to other processes and to this one's snapshots.
     hold.state.trees = clean
     hold.state.checkpoint = checkpoint
+    hold.state.copiedSinceCheckpoint = 0
     publish(
       rewritten: Version(
         sequence: sequence, trees: clean, store: store, checkpoint: checkpoint,

@@ -74,6 +74,8 @@ extension Database {
     counters.commits.add(1)
     hold.state.trees = tx.trees
     hold.state.sequence = sequence
+    hold.state.copiedSinceCheckpoint += tx.copiedBytes
+    let copied = hold.state.copiedSinceCheckpoint
     let version = Version(
       sequence: sequence, trees: tx.trees, store: hold.state.store, checkpoint: hold.state.checkpoint,
       log: LogPosition(walSalt: wal.salt, walEnd: end, dataGeneration: hold.state.dataGeneration))
@@ -90,7 +92,7 @@ extension Database {
     hold.release()
     if case .full = options.durability { try waitDurable(through: end) }
 
-    if end > UInt64(options.checkpointThreshold) {
+    if end > UInt64(options.checkpointThreshold) || copied > options.checkpointMemoryThreshold ?? Int.max {
       // The commit is durable; a failed checkpoint poisons the store and the
       // next write reports it.
       try? checkpointIfNeeded()

@@ -37,6 +37,8 @@ public final class WriteTransaction: KeyValueReader {
 
   /// Every keyspace's tree as the transaction left it.
   var trees: [String: TreeRoot] { editor.trees }
+  /// Bytes of the nodes this transaction copied to change them.
+  var copiedBytes: Int { editor.context.copies?.bytes ?? 0 }
 
   /// What the transaction changed so far; nil when not tracking.
   public var changes: WriteSet? { editor.changes }
@@ -54,7 +56,7 @@ public final class WriteTransaction: KeyValueReader {
       trees: hold.state.trees,
       context: TreeContext(
         store: hold.state.store, owner: database.nextGeneration(), nodeSize: database.options.nodeSize,
-        largeValueThreshold: database.options.largeValueThreshold), trackingChanges: false)
+        largeValueThreshold: database.options.largeValueThreshold, copies: CopyMeter()), trackingChanges: false)
     self.sequence = hold.state.sequence.next
     self.start = hold.state
     self.hold = consume hold

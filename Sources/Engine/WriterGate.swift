@@ -22,6 +22,9 @@ struct WriterState {
   /// The coordination file's lock-take count as this process's last take
   /// of the write lock left it; nil before its first.
   var lockTake: UInt64? = nil
+  /// Bytes of nodes commits copied into memory since the last checkpoint
+  /// (``Options/checkpointMemoryThreshold``).
+  var copiedSinceCheckpoint = 0
 }
 
 /// Admits one writer at a time — a write transaction, a checkpoint, a

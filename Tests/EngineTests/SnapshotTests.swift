@@ -109,6 +109,48 @@ import Testing
     try db.close()
   }
 
+  /// Random puts into a large store copy many leaves for a small WAL
+  /// record; past checkpointMemoryThreshold of copies a checkpoint runs
+  /// (and frees them) however small the WAL still is.
+  @Test func copiesPastTheMemoryThresholdCheckpointBeforeTheWALDoes() throws {
+    func run(memoryThreshold: Int?) throws -> (checkpoints: Int, walBytes: Int) {
+      let fs = MemoryFileSystem()
+      var options = memoryOptions(fs, nodeSize: 1024)
+      options.checkpointMemoryThreshold = memoryThreshold
+      var db = try Database.open(at: "/m", options: options)
+      try db.write { tx in for i in 0..<20_000 { try tx.put(key(i), b("value \(i)"), in: "ks") } }
+      try db.checkpoint()
+      let before = db.statistics
+      var rng = SplitMix64(seed: 11)
+      var expected: [[UInt8]: [UInt8]] = [:]
+      for t in 0..<20 {
+        try db.write { tx in
+          for _ in 0..<200 {
+            let k = key(Int(rng.next() % 20_000))
+            try tx.put(k, b("t\(t)"), in: "ks")
+            expected[k] = b("t\(t)")
+          }
+        }
+      }
+      let after = db.statistics.since(before)
+      try db.close()
+      db = try Database.open(at: "/m", options: options)
+      for (k, v) in expected { #expect(try db.read { try $0.get(k, in: "ks") } == v) }
+      #expect(try db.read { try $0.count(in: "ks") } == 20_000)
+      try db.close()
+      return (after.checkpoints, after.walBytesWritten)
+    }
+    // 200 random puts copy ~180 leaves of 1 KB each: past 64 KiB every transaction.
+    let bounded = try run(memoryThreshold: 64 << 10)
+    #expect(bounded.checkpoints >= 15, "\(bounded)")
+    #expect(bounded.walBytes < 1 << 20, "the WAL alone would not have checkpointed: \(bounded)")
+    let unbounded = try run(memoryThreshold: nil)
+    #expect(unbounded.checkpoints == 0, "\(unbounded)")
+    var bad = memoryOptions(MemoryFileSystem())
+    bad.checkpointMemoryThreshold = 100
+    #expect(throws: EngineError.self) { try Database.open(at: "/x", options: bad) }
+  }
+
   /// The cache counters are split per thread (StripedCounter); reads on
   /// several threads at once must still all be counted.
   @Test func nodeReadsOnSeveralThreadsAreAllCounted() throws {

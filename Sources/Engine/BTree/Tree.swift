@@ -120,6 +120,13 @@ final class PinnedTop: @unchecked Sendable {
   }
 }
 
+/// The encoded bytes of the nodes one write transaction copied to change
+/// them: what its commit adds to the memory a checkpoint frees
+/// (``Options/checkpointMemoryThreshold``). Used by one writer at a time.
+final class CopyMeter {
+  var bytes = 0
+}
+
 /// What tree walks need: where disk nodes come from, and for writers, which
 /// generation may change nodes in place and how big nodes grow.
 struct TreeContext {
@@ -128,12 +135,18 @@ struct TreeContext {
   var owner: UInt64
   let nodeSize: Int
   let largeValueThreshold: Int
+  /// Adds up the nodes this writer copies, when someone asks.
+  let copies: CopyMeter?
 
-  init(store: NodeStore, owner: UInt64 = 0, nodeSize: Int = 4096, largeValueThreshold: Int = 1024) {
+  init(
+    store: NodeStore, owner: UInt64 = 0, nodeSize: Int = 4096, largeValueThreshold: Int = 1024,
+    copies: CopyMeter? = nil
+  ) {
     self.store = store
     self.owner = owner
     self.nodeSize = nodeSize
     self.largeValueThreshold = largeValueThreshold
+    self.copies = copies
   }
 
   /// The node a reference points at, reading it through the cache if
@@ -160,8 +173,17 @@ struct TreeContext {
     return node
   }
 
-  func writable(_ leaf: LeafNode) -> LeafNode { leaf.owner == owner ? leaf : leaf.copy(owner: owner) }
-  func writable(_ branch: BranchNode) -> BranchNode { branch.owner == owner ? branch : branch.copy(owner: owner) }
+  func writable(_ leaf: LeafNode) -> LeafNode {
+    if leaf.owner == owner { return leaf }
+    copies?.bytes += leaf.encodedSize
+    return leaf.copy(owner: owner)
+  }
+
+  func writable(_ branch: BranchNode) -> BranchNode {
+    if branch.owner == owner { return branch }
+    copies?.bytes += branch.encodedSize
+    return branch.copy(owner: owner)
+  }
 
   /// The size a branch may grow to before it splits: larger than a leaf, so
   /// the tree is a level shallower. Reads walk one node fewer (each walk

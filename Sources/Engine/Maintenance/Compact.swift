@@ -161,6 +161,7 @@ extension Database {
     hold.state.store = newStore
     hold.state.trees = trees
     hold.state.checkpoint = checkpoint
+    hold.state.copiedSinceCheckpoint = 0
     hold.state.dataGeneration &+= 1
     install(wal)
     publish(
