@@ -104,32 +104,49 @@ final class LeafNode: @unchecked Sendable {
   }
 
   func find(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
+    heads.isEmpty ? findBySlotHeads(key) : findByHeads(key)
+  }
+
+  /// The search of a leaf that never changes: its array of heads first.
+  private func findByHeads(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
+    buffer.withUnsafeBytes { raw in
+      // Only keys in `lo..<end` can equal `key`; those before are smaller.
+      let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key)) }
+      guard !r.isEmpty else { return (r.lowerBound, false) }
+      var (lo, hi) = (r.lowerBound, r.upperBound)
+      let end = hi
+      while lo < hi {
+        let mid = (lo + hi) >> 1
+        let s = slots[mid]
+        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
+        if compareBytes(k, key) < 0 { lo = mid + 1 } else { hi = mid }
+      }
+      if lo < end {
+        let s = slots[lo]
+        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
+        return (lo, compareBytes(k, key) == 0)
+      }
+      return (lo, false)
+    }
+  }
+
+  /// The search of a writer's leaf: the heads in its slots, whole keys on ties.
+  private func findBySlotHeads(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
     let head = keyHead(key)
     return buffer.withUnsafeBytes { raw in
-      slots.withUnsafeBufferPointer { sl in
-        // Safe: slot bounds were checked when decoded or set when appended.
-        // Heads keep the keys' order (equal heads: compare the keys).
-        @inline(__always) func below(_ s: LeafSlot) -> Bool {
-          if s.head != head { return s.head < head }
-          return compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) < 0
-        }
-        var lo = 0
-        var hi = sl.count
-        if !heads.isEmpty {
-          // Only keys whose heads tie can equal `key`; the rest are settled.
-          let r = heads.withUnsafeBufferPointer { headRange($0, head) }
-          guard !r.isEmpty else { return (r.lowerBound, false) }
-          (lo, hi) = (r.lowerBound, r.upperBound)
-        }
-        let end = hi
-        while lo < hi {
-          let mid = (lo + hi) >> 1
-          if below(sl[mid]) { lo = mid + 1 } else { hi = mid }
-        }
-        guard lo < end, sl[lo].head == head else { return (lo, false) }
-        let s = sl[lo]
-        return (lo, compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) == 0)
+      var lo = 0
+      var hi = slots.count
+      while lo < hi {
+        let mid = (lo + hi) >> 1
+        let s = slots[mid]
+        let below =
+          s.head != head
+          ? s.head < head : compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) < 0
+        if below { lo = mid + 1 } else { hi = mid }
       }
+      guard lo < slots.count, slots[lo].head == head else { return (lo, false) }
+      let s = slots[lo]
+      return (lo, compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) == 0)
     }
   }
 
