@@ -81,8 +81,11 @@ enum TextFolding {
   static func fold(utf8 s: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Folded? {
     var result: Folded? = Folded(isASCII: true, isExact: true)
     // Folding never lengthens this text: ASCII stays one byte, a Latin
-    // letter (two bytes) folds to one or two, a diacritic to none.
-    out = [UInt8](unsafeUninitializedCapacity: s.count) { o, written in
+    // letter (two bytes) folds to one or two, a diacritic to none. At
+    // least one byte of capacity: with zero the stdlib writes the count into
+    // the shared empty-array singleton, which ThreadSanitizer reports as a
+    // race when two threads fold empty text at once.
+    out = [UInt8](unsafeUninitializedCapacity: max(s.count, 1)) { o, written in
       var n = 0
       var i = 0
       var exact = true
