@@ -370,8 +370,8 @@ let SQLITE_TRANSIENT = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 /// value into arrays kept in batches of `batch` (as a caller that holds a
 /// batch would), and calls `first` once the first batch is full (or at the
 /// end, if there were fewer rows). `column(i)` is column i's bytes for the
-/// current row. Returns the number of rows. SQLite and SQLCipher read their
-/// full scans through it.
+/// current row. Returns the number of rows. SQLite, SQLCipher and LMDB (its
+/// cursor stepping as `step`) read their full scans through it.
 func collectRows(
   batch: Int, first: () -> Void, step: () -> Bool, column: (Int32) -> UnsafeRawBufferPointer
 ) -> Int {
@@ -394,9 +394,9 @@ func collectRows(
   return n + rows.count
 }
 
-/// Steps a `SELECT k, v` statement to its end without copying: `firstByte(i)`
-/// reads the first byte of column i of the current row in place (0 when
-/// empty). Returns the number of rows.
+/// Steps a `SELECT k, v` statement (or LMDB's cursor) to its end without
+/// copying: `firstByte(i)` reads the first byte of column i of the current
+/// row in place (0 when empty). Returns the number of rows.
 func touchRows(step: () -> Bool, firstByte: (Int32) -> Int) -> Int {
   var n = 0
   var sum = 0
@@ -568,52 +568,35 @@ final class LMDBReader: KVReader, @unchecked Sendable {
   }
 
   func scanInPlace() throws -> Int {
-    var cursor: OpaquePointer?
-    try LMDBSystem.check(mdb_cursor_open(txn, system.dbi, &cursor), "cursor")
-    defer { mdb_cursor_close(cursor) }
-    var k = MDB_val()
-    var v = MDB_val()
-    var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
-    var n = 0
-    var sum = 0
-    while rc == 0 {
-      if k.mv_size > 0, let p = k.mv_data { sum &+= Int(p.load(as: UInt8.self)) }
-      if v.mv_size > 0, let p = v.mv_data { sum &+= Int(p.load(as: UInt8.self)) }
-      n += 1
-      rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
-    }
-    return n + (sum & 0)
+    try walk { step, column in touchRows(step: step) { column($0).first.map(Int.init) ?? 0 } }
   }
 
   func scanAll(batch: Int, first: () -> Void) throws -> Int {
+    try walk { step, column in collectRows(batch: batch, first: first, step: step, column: column) }
+  }
+
+  /// Calls `body` with a cursor over every entry as SQLite's rows are read
+  /// (see ``collectRows(batch:first:step:column:)``): `step` moves to the
+  /// next entry, `column(0)` and `column(1)` are its key and value in the map.
+  private func walk(
+    _ body: (_ step: () -> Bool, _ column: (Int32) -> UnsafeRawBufferPointer) -> Int
+  ) throws -> Int {
     var cursor: OpaquePointer?
     try LMDBSystem.check(mdb_cursor_open(txn, system.dbi, &cursor), "cursor")
     defer { mdb_cursor_close(cursor) }
     var k = MDB_val()
     var v = MDB_val()
-    var rc = mdb_cursor_get(cursor, &k, &v, MDB_FIRST)
-    var n = 0
-    var rows: [([UInt8], [UInt8])] = []
-    rows.reserveCapacity(batch)
-    var firstDone = false
-    while rc == 0 {
-      rows.append(
-        (
-          Array(UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size)),
-          Array(UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size))
-        ))
-      if rows.count == batch {
-        if !firstDone {
-          first()
-          firstDone = true
-        }
-        n += rows.count
-        rows.removeAll(keepingCapacity: true)
-      }
-      rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT)
-    }
-    if !rows.isEmpty && !firstDone { first() }
-    return n + rows.count
+    var op = MDB_FIRST
+    return body(
+      {
+        defer { op = MDB_NEXT }
+        return mdb_cursor_get(cursor, &k, &v, op) == 0
+      },
+      {
+        $0 == 0
+          ? UnsafeRawBufferPointer(start: k.mv_data, count: k.mv_size)
+          : UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)
+      })
   }
 
   func refresh() throws {
