@@ -151,6 +151,23 @@ import Testing
     #expect(throws: EngineError.self) { try Database.open(at: "/x", options: bad) }
   }
 
+  /// Runs `body(t)` for t in 0..<count, each on a thread of its own (real
+  /// threads: concurrentPerform would run only one per core), and returns
+  /// the errors they threw.
+  static func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) throws -> Void) -> [String] {
+    let group = DispatchGroup()
+    let failures = Locked2<[String]>([])
+    for t in 0..<count {
+      group.enter()
+      Thread.detachNewThread {
+        defer { group.leave() }
+        do { try body(t) } catch { failures.update { $0.append("\(error)") } }
+      }
+    }
+    group.wait()
+    return failures.read { $0 }
+  }
+
   /// The cache counters are split per thread (StripedCounter); reads on
   /// several threads at once must still all be counted.
   @Test func nodeReadsOnSeveralThreadsAreAllCounted() throws {
@@ -172,17 +189,7 @@ import Testing
     #expect(one >= keys.count, "each read should pass through the cache at least once")
     before = db.statistics
     let threads = 4
-    let group = DispatchGroup()
-    let failures = Locked2<[String]>([])
-    for _ in 0..<threads {
-      group.enter()
-      Thread.detachNewThread {
-        defer { group.leave() }
-        do { try readAll() } catch { failures.update { $0.append("\(error)") } }
-      }
-    }
-    group.wait()
-    #expect(failures.read { $0 }.isEmpty)
+    #expect(Self.onThreads(threads) { _ in try readAll() }.isEmpty)
     #expect(db.statistics.since(before).nodeReads == threads * one)
     try db.close()
   }
@@ -193,24 +200,10 @@ import Testing
     let threads = 8
     let perThread = 60
     let before = db.statistics
-    // Real threads: concurrentPerform would run only one per core.
-    let group = DispatchGroup()
-    let failures = Locked2<[String]>([])
-    for t in 0..<threads {
-      group.enter()
-      Thread.detachNewThread {
-        defer { group.leave() }
-        for i in 0..<perThread {
-          do {
-            try db.write { try $0.put(key(t * 1_000 + i), b("x"), in: "ks") }
-          } catch {
-            failures.update { $0.append("\(error)") }
-          }
-        }
-      }
+    let failures = Self.onThreads(threads) { t in
+      for i in 0..<perThread { try db.write { try $0.put(key(t * 1_000 + i), b("x"), in: "ks") } }
     }
-    group.wait()
-    #expect(failures.read { $0 }.isEmpty)
+    #expect(failures.isEmpty)
     let after = db.statistics.since(before)
     #expect(try db.read { try $0.count(in: "ks") } == UInt64(threads * perThread))
     #expect(after.commits == threads * perThread)
