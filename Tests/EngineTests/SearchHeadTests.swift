@@ -25,11 +25,27 @@ import Testing
     return keys.sorted { $0.lexicographicallyPrecedes($1) }
   }
 
-  /// Probes: the keys themselves, and random keys of the same alphabet.
-  static func probes(_ keys: [[UInt8]], _ rng: inout SplitMix64) -> [[UInt8]] {
-    keys + awkwardKeys(&rng, count: keys.count) + [
-      [], [0], [0, 0, 0, 0, 0, 0, 0, 0, 0], [UInt8](repeating: 255, count: 12),
-    ]
+  /// The awkward keys, and the same behind a prefix every key shares (as
+  /// a leaf of record keys does): nodes search only what follows it.
+  /// Prefixes end in 0, 1 or 2 bytes like the keys, and may end in zeros.
+  static func keySets(_ rng: inout SplitMix64, count: Int) -> [(prefix: [UInt8], keys: [[UInt8]])] {
+    let prefix = (0..<(1 + Int(rng.next() % 12))).map { _ in UInt8(rng.next() % 3) }
+    return [([], awkwardKeys(&rng, count: count)), (prefix, awkwardKeys(&rng, count: count).map { prefix + $0 })]
+  }
+
+  /// Probes: the keys themselves, random keys of the same alphabet, and
+  /// keys around `prefix`: shorter, equal, one byte off either way, longer.
+  static func probes(_ keys: [[UInt8]], _ rng: inout SplitMix64, prefix: [UInt8] = []) -> [[UInt8]] {
+    var around: [[UInt8]] = []
+    for i in 0...prefix.count { around.append(Array(prefix.prefix(i))) }
+    for i in prefix.indices {
+      var p = prefix
+      if p[i] > 0 { p[i] -= 1; around.append(p); around.append(p + [255]) }
+      p = prefix
+      if p[i] < 255 { p[i] += 1; around.append(p); around.append(p + [0]) }
+    }
+    return keys + awkwardKeys(&rng, count: keys.count) + awkwardKeys(&rng, count: keys.count).map { prefix + $0 }
+      + around + [[], [0], [0, 0, 0, 0, 0, 0, 0, 0, 0], [UInt8](repeating: 255, count: 12)]
   }
 
   @Test func keyHeadsKeepTheKeysOrder() {
@@ -42,18 +58,19 @@ import Testing
   @Test func leafSearchWithHeadsMatchesThePlainSearch() throws {
     var rng = SplitMix64(seed: testSeed())
     for count in [0, 1, 2, 7, 64, 300] {
-      let keys = Self.awkwardKeys(&rng, count: count)
-      let plain = LeafNode(owner: 7)
-      for (i, k) in keys.enumerated() { plain.insert(k, .inline([UInt8(i & 0xFF)]), at: i) }
-      let payload = NodeCodec.encodeLeaf(plain, largeRefs: [:])
-      let headed = try NodeCodec.decodeLeaf(payload, owner: 0, path: nil, offset: 64)
-      #expect(headed.headBytes == keys.count * 8)
-      #expect(plain.headBytes == 0)
-      for p in Self.probes(keys, &rng) {
-        let want = plain.find(p)
-        #expect(headed.find(p) == want, "probe \(p) in \(count) keys")
-        let rank = ModelTests.Model.rank(keys, p)
-        #expect(want.index == rank && want.found == (rank < keys.count && keys[rank] == p))
+      for (prefix, keys) in Self.keySets(&rng, count: count) {
+        let plain = LeafNode(owner: 7)
+        for (i, k) in keys.enumerated() { plain.insert(k, .inline([UInt8(i & 0xFF)]), at: i) }
+        let payload = NodeCodec.encodeLeaf(plain, largeRefs: [:])
+        let headed = try NodeCodec.decodeLeaf(payload, owner: 0, path: nil, offset: 64)
+        #expect(headed.headBytes == keys.count * 8)
+        #expect(plain.headBytes == 0)
+        for p in Self.probes(keys, &rng, prefix: prefix) {
+          let want = plain.find(p)
+          #expect(headed.find(p) == want, "probe \(p) in \(count) keys after \(prefix)")
+          let rank = ModelTests.Model.rank(keys, p)
+          #expect(want.index == rank && want.found == (rank < keys.count && keys[rank] == p))
+        }
       }
     }
   }
@@ -61,20 +78,21 @@ import Testing
   @Test func branchSearchWithHeadsMatchesThePlainSearch() {
     var rng = SplitMix64(seed: testSeed())
     for count in [1, 2, 9, 500] {
-      let keys = Self.awkwardKeys(&rng, count: count)
-      let children = (0...keys.count).map { i in
-        NodeRef.disk(DiskRef(offset: BlockOffset(UInt64(64 + i * 64)), length: 64, subtreeBytes: 64))
-      }
-      let counts = [UInt64](repeating: 1, count: children.count)
-      let plain = BranchNode(owner: 7, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
-      let headed = BranchNode(owner: 0, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
-      #expect(headed.keys.heads.count == keys.count && plain.keys.heads.isEmpty)
-      for p in Self.probes(keys, &rng) {
-        let below = keys.filter { $0.lexicographicallyPrecedes(p) }.count
-        let atOrBelow = keys.filter { !p.lexicographicallyPrecedes($0) }.count
-        #expect(plain.childIndex(for: p) == atOrBelow)
-        #expect(headed.childIndex(for: p) == atOrBelow, "probe \(p) in \(count) separators")
-        #expect(headed.lastChildBelow(p) == below, "probe \(p) in \(count) separators")
+      for (prefix, keys) in Self.keySets(&rng, count: count) {
+        let children = (0...keys.count).map { i in
+          NodeRef.disk(DiskRef(offset: BlockOffset(UInt64(64 + i * 64)), length: 64, subtreeBytes: 64))
+        }
+        let counts = [UInt64](repeating: 1, count: children.count)
+        let plain = BranchNode(owner: 7, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
+        let headed = BranchNode(owner: 0, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
+        #expect(headed.keys.heads.count == keys.count && plain.keys.heads.isEmpty)
+        for p in Self.probes(keys, &rng, prefix: prefix) {
+          let below = keys.filter { $0.lexicographicallyPrecedes(p) }.count
+          let atOrBelow = keys.filter { !p.lexicographicallyPrecedes($0) }.count
+          #expect(plain.childIndex(for: p) == atOrBelow)
+          #expect(headed.childIndex(for: p) == atOrBelow, "probe \(p) in \(count) separators after \(prefix)")
+          #expect(headed.lastChildBelow(p) == below, "probe \(p) in \(count) separators after \(prefix)")
+        }
       }
     }
   }

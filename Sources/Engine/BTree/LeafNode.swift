@@ -44,11 +44,18 @@ final class LeafNode: @unchecked Sendable {
   @exclusivity(unchecked) private(set) var buffer: [UInt8]
   @exclusivity(unchecked) private(set) var slots: [LeafSlot]
   @exclusivity(unchecked) private(set) var pending: [[UInt8]]
-  /// The slots' heads in one array, only in nodes that never change
-  /// (owner 0: read from the file or written by a checkpoint): a search of
-  /// a cached leaf walks these few cache lines rather than the slots (24
-  /// bytes each). A writer's nodes, which change, search the slots' heads.
+  /// In nodes that never change (owner 0: read from the file or written by
+  /// a checkpoint), the heads of the keys' bytes after their common prefix
+  /// (``HeadPrefix``), in one array: a search of a cached leaf walks these
+  /// few cache lines rather than the slots (24 bytes each) or the keys.
+  /// Heads of whole keys would tie across a leaf of record keys, whose
+  /// first eight bytes are mostly the same, and every step of the search
+  /// would then reach into the buffer. A writer's nodes, which change,
+  /// search the slots' heads.
   private let heads: [UInt64]
+  /// How many leading bytes every key of a node that never changes shares;
+  /// ``heads`` start after them.
+  private let headSkip: Int
   private(set) var encodedSize: Int
   private var deadBytes: Int
 
@@ -58,6 +65,7 @@ final class LeafNode: @unchecked Sendable {
     slots = []
     pending = []
     heads = []
+    headSkip = 0
     encodedSize = LeafLayout.header
     deadBytes = 0
   }
@@ -69,7 +77,17 @@ final class LeafNode: @unchecked Sendable {
     self.buffer = buffer
     self.slots = slots
     self.pending = []
-    self.heads = owner != 0 ? [] : slots.map(\.head)
+    if owner == 0, let first = slots.first, let last = slots.last {
+      (headSkip, heads) = buffer.withUnsafeBytes { raw in
+        // Safe: slot bounds were checked when decoded or set when appended.
+        let skip = commonPrefixLength(
+          raw.bytes(from: Int(first.keyStart), count: Int(first.keyLength)),
+          raw.bytes(from: Int(last.keyStart), count: Int(last.keyLength)))
+        return (skip, slots.map { keyHead(raw.bytes(from: Int($0.keyStart), count: Int($0.keyLength)), after: skip) })
+      }
+    } else {
+      (headSkip, heads) = (0, [])
+    }
     self.encodedSize = encodedSize
     self.deadBytes = 0
   }
@@ -107,26 +125,39 @@ final class LeafNode: @unchecked Sendable {
     heads.isEmpty ? findBySlotHeads(key) : findByHeads(key)
   }
 
-  /// The search of a leaf that never changes: its array of heads first.
+  /// The search of a leaf that never changes: the shared prefix once, then
+  /// the array of heads, and the slots or the keys only on a tie.
   private func findByHeads(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
     buffer.withUnsafeBytes { raw in
+      let skip = headSkip
+      if skip > 0 {
+        // Every key starts with the first key's `skip` bytes.
+        let first = slots[0]
+        switch prefixOrder(key, raw.bytes(from: Int(first.keyStart), count: skip)) {
+        case .below: return (0, false)
+        case .above: return (slots.count, false)
+        case .within: break
+        }
+      }
       // Only keys in `lo..<end` can equal `key`; those before are smaller.
-      let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key)) }
+      let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key, after: skip)) }
       guard !r.isEmpty else { return (r.lowerBound, false) }
+      // Keys with equal heads whose tails fit in a head differ only in
+      // trailing zero bytes, so the shorter sorts first: the slots' lengths
+      // order them without reading the keys.
+      let shortTail = key.count - skip <= 8
+      @inline(__always) func compare(_ i: Int) -> Int {
+        let s = slots[i]
+        if shortTail && Int(s.keyLength) - skip <= 8 { return Int(s.keyLength) - key.count }
+        return compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key)
+      }
       var (lo, hi) = (r.lowerBound, r.upperBound)
       let end = hi
       while lo < hi {
         let mid = (lo + hi) >> 1
-        let s = slots[mid]
-        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
-        if compareBytes(k, key) < 0 { lo = mid + 1 } else { hi = mid }
+        if compare(mid) < 0 { lo = mid + 1 } else { hi = mid }
       }
-      if lo < end {
-        let s = slots[lo]
-        let k = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
-        return (lo, compareBytes(k, key) == 0)
-      }
-      return (lo, false)
+      return (lo, lo < end && compare(lo) == 0)
     }
   }
 

@@ -7,9 +7,12 @@ struct PackedKeys: Equatable {
   private(set) var bytes: [UInt8] = []
   /// `ends[i]` is where key `i` ends in `bytes`; it starts where key `i-1` ends.
   private(set) var ends: [UInt32] = []
-  /// The keys' heads (see ``keyHead(_:)``) once ``buildHeads()`` has run;
-  /// any change drops them. Only branches that never change build them.
+  /// The heads of the keys' bytes after their common prefix (see
+  /// ``keyHead(_:after:)``) once ``buildHeads()`` has run; any change drops
+  /// them. Only branches that never change build them.
   private(set) var heads: [UInt64] = []
+  /// How many leading bytes every key shares, when ``heads`` exist.
+  private var headSkip = 0
 
   init() {}
 
@@ -45,9 +48,12 @@ struct PackedKeys: Equatable {
 
   /// Computes the heads that speed up ``rank(of:inclusive:)``.
   mutating func buildHeads() {
-    heads = bytes.withUnsafeBytes { raw in
+    guard count > 0 else { return }
+    (headSkip, heads) = bytes.withUnsafeBytes { raw in
       // Safe: every end lies within bytes.
-      (0..<count).map { i in keyHead(raw.bytes(from: start(i), count: length(i))) }
+      let skip = commonPrefixLength(
+        raw.bytes(from: 0, count: length(0)), raw.bytes(from: start(count - 1), count: length(count - 1)))
+      return (skip, (0..<count).map { i in keyHead(raw.bytes(from: start(i), count: length(i)), after: skip) })
     }
   }
 
@@ -58,16 +64,31 @@ struct PackedKeys: Equatable {
       ends.withUnsafeBufferPointer { ends in
         var lo = 0
         var hi = ends.count
+        var skip = 0
         if !heads.isEmpty {
+          skip = headSkip
+          if skip > 0 {
+            // Every key starts with key 0's `skip` bytes.
+            switch prefixOrder(key, raw.bytes(from: 0, count: skip)) {
+            case .below: return 0
+            case .above: return ends.count
+            case .within: break
+            }
+          }
           // Keys below the range are smaller than `key`, those past it larger.
-          let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key)) }
+          let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key, after: skip)) }
           (lo, hi) = (r.lowerBound, r.upperBound)
         }
+        // Within a range of equal heads, keys whose tails fit in a head
+        // differ only in trailing zero bytes: the shorter sorts first.
+        let shortTail = !heads.isEmpty && key.count - skip <= 8
         while lo < hi {
           let mid = (lo + hi) >> 1
           let s = mid == 0 ? 0 : Int(ends[mid - 1])
+          let length = Int(ends[mid]) - s
           // Safe: every end lies within bytes (built by append/insert, checked by decode).
-          let c = compareBytes(raw.bytes(from: s, count: Int(ends[mid]) - s), key)
+          let c =
+            shortTail && length - skip <= 8 ? length - key.count : compareBytes(raw.bytes(from: s, count: length), key)
           if c < 0 || (inclusive && c == 0) { lo = mid + 1 } else { hi = mid }
         }
         return lo

@@ -101,6 +101,40 @@ func keyHead(_ key: UnsafeRawBufferPointer) -> UInt64 {
   return h
 }
 
+/// The head of `key`'s bytes after its first `skip` (zero when it has no
+/// more): what a node whose keys all share `skip` leading bytes searches.
+@inline(__always)
+func keyHead(_ key: UnsafeRawBufferPointer, after skip: Int) -> UInt64 {
+  keyHead(key.bytes(from: Swift.min(skip, key.count), count: Swift.max(0, key.count - skip)))
+}
+
+/// How many leading bytes `a` and `b` share.
+func commonPrefixLength(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+  let n = Swift.min(a.count, b.count)
+  var i = 0
+  while i < n && a[i] == b[i] { i += 1 }
+  return i
+}
+
+/// Where a key lies against the prefix every key of a node shares.
+enum PrefixOrder {
+  /// Before every key that starts with the prefix.
+  case below
+  /// It starts with the prefix.
+  case within
+  /// After every key that starts with the prefix.
+  case above
+}
+
+/// Where `key` lies against the keys that start with `prefix`.
+@inline(__always)
+func prefixOrder(_ key: UnsafeRawBufferPointer, _ prefix: UnsafeRawBufferPointer) -> PrefixOrder {
+  let n = Swift.min(key.count, prefix.count)
+  let c = compareBytes(key.bytes(from: 0, count: n), prefix.bytes(from: 0, count: n))
+  if c < 0 || (c == 0 && key.count < prefix.count) { return .below }
+  return c > 0 ? .above : .within
+}
+
 /// The indices whose heads equal `head` in the sorted `heads`: every index
 /// below the range has a smaller head (so a smaller key), every one at or
 /// past its end a larger head (so a larger key).
