@@ -85,7 +85,7 @@ import Testing
         let counts = [UInt64](repeating: 1, count: children.count)
         let plain = BranchNode(owner: 7, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
         let headed = BranchNode(owner: 0, level: 1, keys: PackedKeys(keys), children: children, counts: counts)
-        #expect(headed.keys.heads.count == keys.count && plain.keys.heads.isEmpty)
+        #expect(headed.keys.heads.count == keys.count && plain.keys.heads.count == keys.count)
         for p in Self.probes(keys, &rng, prefix: prefix) {
           let below = keys.filter { $0.lexicographicallyPrecedes(p) }.count
           let atOrBelow = keys.filter { !p.lexicographicallyPrecedes($0) }.count
@@ -110,10 +110,115 @@ import Testing
     let copy = headed.copy(owner: 9)
     let removed = keys[10]
     copy.removeChildren(11..<12)
-    #expect(copy.keys.heads.isEmpty)
+    #expect(copy.keys.heads.count == keys.count - 1)
     let rest = keys.filter { $0 != removed }
     for p in Self.probes(rest, &rng) {
       #expect(copy.childIndex(for: p) == rest.filter { !p.lexicographicallyPrecedes($0) }.count)
+    }
+  }
+
+  /// A writer's leaf keeps its slots' heads after its keys' shared prefix
+  /// through inserts inside and outside that prefix, removals, splits,
+  /// merges, copies and compaction: after each change it finds what the
+  /// plain rank finds, and a decoded copy finds the same.
+  @Test func aLeafKeepsItsHeadsThroughEveryChange() throws {
+    var rng = SplitMix64(seed: testSeed())
+    for (prefix, pool) in Self.keySets(&rng, count: 200) + Self.keySets(&rng, count: 200) {
+      var model: [[UInt8]] = []
+      var leaf = LeafNode(owner: 7)
+      func check(_ step: Int) throws {
+        #expect(leaf.count == model.count)
+        for i in 0..<leaf.count { #expect(leaf.key(at: i) == model[i]) }
+        guard step % 10 == 0 else { return }
+        let decoded = try NodeCodec.decodeLeaf(
+          NodeCodec.encodeLeaf(leaf, largeRefs: [:]), owner: 0, path: nil, offset: 64)
+        for p in Self.probes(model, &rng, prefix: prefix) {
+          let rank = ModelTests.Model.rank(model, p)
+          let want = (index: rank, found: rank < model.count && model[rank] == p)
+          #expect(leaf.find(p) == want, "probe \(p) after step \(step)")
+          #expect(decoded.find(p) == want, "probe \(p) after step \(step), decoded")
+        }
+      }
+      for step in 0..<300 {
+        switch rng.next() % 8 {
+        case 0, 1, 2:
+          let k = pool[Int(rng.next() % UInt64(pool.count))]
+          guard !model.contains(k) else { continue }
+          let i = ModelTests.Model.rank(model, k)
+          model.insert(k, at: i)
+          leaf.insert(k, .inline([1]), at: i)
+        case 3:
+          // A key outside the shared prefix, at an end.
+          let k: [UInt8] = rng.next() % 2 == 0 ? [] : [255] + prefix
+          guard !model.contains(k) else { continue }
+          let i = ModelTests.Model.rank(model, k)
+          model.insert(k, at: i)
+          leaf.insert(k, .inline([2]), at: i)
+        case 4:
+          guard !model.isEmpty else { continue }
+          let i = Int(rng.next() % UInt64(model.count))
+          let n = Swift.min(model.count - i, 1 + Int(rng.next() % 3))
+          model.removeSubrange(i..<(i + n))
+          leaf.remove(i..<(i + n))
+        case 5:
+          // Split, then merge the halves back (as a delete's rebalance does).
+          guard model.count > 2 else { continue }
+          let right = leaf.splitOff(from: 1 + Int(rng.next() % UInt64(model.count - 1)), owner: 7)
+          for i in 0..<right.count { #expect(right.find(right.key(at: i)) == (i, true)) }
+          leaf.appendEntries(of: right, range: 0..<right.count)
+        case 6:
+          leaf = leaf.copy(owner: 8)
+        default:
+          leaf = leaf.compacted(owner: 9)
+        }
+        try check(step)
+      }
+    }
+  }
+
+  /// A writer's branch keeps its heads through inserts (inside the keys'
+  /// shared prefix and outside it, at either end), removals and
+  /// replacements: after each change it answers as the plain rank does.
+  @Test func aBranchKeepsItsHeadsThroughEveryChange() {
+    var rng = SplitMix64(seed: testSeed())
+    for (prefix, pool) in Self.keySets(&rng, count: 200) + Self.keySets(&rng, count: 200) {
+      var model: [[UInt8]] = []
+      var packed = PackedKeys()
+      for step in 0..<300 {
+        switch rng.next() % 4 {
+        case 0, 1:
+          let k = pool[Int(rng.next() % UInt64(pool.count))]
+          guard !model.contains(k) else { continue }
+          let i = ModelTests.Model.rank(model, k)
+          model.insert(k, at: i)
+          packed.insert(k, at: i)
+        case 2:
+          guard !model.isEmpty else { continue }
+          let i = Int(rng.next() % UInt64(model.count))
+          let n = Swift.min(model.count - i, 1 + Int(rng.next() % 3))
+          model.removeSubrange(i..<(i + n))
+          packed.remove(i..<(i + n))
+        default:
+          // A key outside the shared prefix, at an end.
+          let k: [UInt8] = rng.next() % 2 == 0 ? [] : [255] + prefix
+          guard !model.contains(k) else { continue }
+          let i = ModelTests.Model.rank(model, k)
+          model.insert(k, at: i)
+          packed.append(contentsOf: PackedKeys())
+          packed.insert(k, at: i)
+        }
+        #expect(packed.heads.count == model.count)
+        #expect(packed == PackedKeys(model))
+        guard step % 10 == 0 else { continue }
+        for p in Self.probes(model, &rng, prefix: prefix) {
+          let atOrBelow = model.filter { !p.lexicographicallyPrecedes($0) }.count
+          let below = model.filter { $0.lexicographicallyPrecedes(p) }.count
+          p.withUnsafeBytes { raw in
+            #expect(packed.rank(of: raw, inclusive: true) == atOrBelow, "probe \(p) after step \(step)")
+            #expect(packed.rank(of: raw, inclusive: false) == below, "probe \(p) after step \(step)")
+          }
+        }
+      }
     }
   }
 }

@@ -19,8 +19,6 @@ final class BranchNode: @unchecked Sendable {
     self.owner = owner
     self.level = level
     self.keys = keys
-    // Owner 0: the branch will never change, so it keeps its keys' heads.
-    if owner == 0 { self.keys.buildHeads() }
     self.children = children
     self.counts = counts
     self.encodedSize =

@@ -11,8 +11,9 @@ enum ValueKind: UInt8 {
 
 /// One entry of a leaf: where its key and value are.
 struct LeafSlot {
-  /// The key's first eight bytes as a big-endian integer (``keyHead(_:)``):
-  /// a search compares these and reads the key itself only on a tie.
+  /// The key's first eight bytes after the leaf's ``LeafNode/headSkip``
+  /// as a big-endian integer (``keyHead(_:after:)``): a search compares
+  /// these and reads the key itself only on a tie.
   var head: UInt64
   var keyStart: UInt32
   var keyLength: UInt16
@@ -44,18 +45,18 @@ final class LeafNode: @unchecked Sendable {
   @exclusivity(unchecked) private(set) var buffer: [UInt8]
   @exclusivity(unchecked) private(set) var slots: [LeafSlot]
   @exclusivity(unchecked) private(set) var pending: [[UInt8]]
-  /// In nodes that never change (owner 0: read from the file or written by
-  /// a checkpoint), the heads of the keys' bytes after their common prefix
-  /// (``HeadPrefix``), in one array: a search of a cached leaf walks these
-  /// few cache lines rather than the slots (24 bytes each) or the keys.
-  /// Heads of whole keys would tie across a leaf of record keys, whose
-  /// first eight bytes are mostly the same, and every step of the search
-  /// would then reach into the buffer. A writer's nodes, which change,
-  /// search the slots' heads.
-  private let heads: [UInt64]
-  /// How many leading bytes every key of a node that never changes shares;
-  /// ``heads`` start after them.
-  private let headSkip: Int
+  /// The slots' heads in one array, only in nodes that never change
+  /// (owner 0: read from the file or written by a checkpoint): a search of
+  /// a cached leaf walks these few cache lines rather than the slots (24
+  /// bytes each). A writer's nodes, which change, search the slots' heads.
+  @exclusivity(unchecked) private var heads: [UInt64]
+  /// How many leading bytes every key shares (not always all it shares:
+  /// removing keys may lengthen the common prefix). Every head, in the
+  /// slots and in ``heads``, is of the bytes after these: heads of whole
+  /// keys would tie across a leaf of record keys, whose first eight bytes
+  /// are mostly the same, and every step of a search would then compare
+  /// keys in the buffer.
+  @exclusivity(unchecked) private(set) var headSkip: Int
   private(set) var encodedSize: Int
   private var deadBytes: Int
 
@@ -70,26 +71,59 @@ final class LeafNode: @unchecked Sendable {
     deadBytes = 0
   }
 
-  /// A decoded leaf over `buffer` (which the slots point into). With owner
-  /// 0 the leaf will never change, and it keeps its heads in one array.
-  init(owner: UInt64, buffer: [UInt8], slots: [LeafSlot], encodedSize: Int) {
+  /// A leaf over `buffer` (which the slots point into). `headSkip`: the
+  /// prefix the slots' heads already follow; nil to work it out and set
+  /// every slot's head. With owner 0 the leaf will never change, and it
+  /// keeps its heads in one array.
+  init(owner: UInt64, buffer: [UInt8], slots: [LeafSlot], encodedSize: Int, headSkip: Int? = nil) {
     self.owner = owner
     self.buffer = buffer
     self.slots = slots
     self.pending = []
-    if owner == 0, let first = slots.first, let last = slots.last {
-      (headSkip, heads) = buffer.withUnsafeBytes { raw in
-        // Safe: slot bounds were checked when decoded or set when appended.
-        let skip = commonPrefixLength(
-          raw.bytes(from: Int(first.keyStart), count: Int(first.keyLength)),
-          raw.bytes(from: Int(last.keyStart), count: Int(last.keyLength)))
-        return (skip, slots.map { keyHead(raw.bytes(from: Int($0.keyStart), count: Int($0.keyLength)), after: skip) })
-      }
-    } else {
-      (headSkip, heads) = (0, [])
-    }
     self.encodedSize = encodedSize
     self.deadBytes = 0
+    self.heads = []
+    self.headSkip = headSkip ?? 0
+    if headSkip == nil { setEveryHead() }
+    if owner == 0 { heads = self.slots.map(\.head) }
+  }
+
+  /// Finds the prefix the first and last keys share (so every key does)
+  /// and sets every slot's head after it.
+  private func setEveryHead() {
+    guard let first = slots.first, let last = slots.last else {
+      headSkip = 0
+      return
+    }
+    buffer.withUnsafeBytes { raw in
+      // Safe: slot bounds were checked when decoded or set when appended.
+      let skip = commonPrefixLength(
+        raw.bytes(from: Int(first.keyStart), count: Int(first.keyLength)),
+        raw.bytes(from: Int(last.keyStart), count: Int(last.keyLength)))
+      headSkip = skip
+      slots.withUnsafeMutableBufferPointer { sl in
+        for i in sl.indices {
+          sl[i].head = keyHead(raw.bytes(from: Int(sl[i].keyStart), count: Int(sl[i].keyLength)), after: skip)
+        }
+      }
+    }
+  }
+
+  /// Sets the head of slot `i`, just added: after the prefix the others
+  /// share if its key shares it too, else every head after a shorter one.
+  private func setHead(at i: Int) {
+    guard slots.count > 1 else { return setEveryHead() }
+    let skip = headSkip
+    let (s, other) = (slots[i], slots[i == 0 ? 1 : 0])
+    let head: UInt64? = buffer.withUnsafeBytes { raw in
+      // Safe: slot bounds were set when appended.
+      let key = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
+      guard key.count >= skip,
+        compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: Int(other.keyStart), count: skip)) == 0
+      else { return nil }
+      return keyHead(key, after: skip)
+    }
+    if let head { slots[i].head = head } else { setEveryHead() }
   }
 
   var count: Int { slots.count }
@@ -122,62 +156,47 @@ final class LeafNode: @unchecked Sendable {
   }
 
   func find(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
-    heads.isEmpty ? findBySlotHeads(key) : findByHeads(key)
-  }
-
-  /// The search of a leaf that never changes: the shared prefix once, then
-  /// the array of heads, and the slots or the keys only on a tie.
-  private func findByHeads(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
     buffer.withUnsafeBytes { raw in
       let skip = headSkip
-      if skip > 0 {
+      if skip > 0, let first = slots.first {
         // Every key starts with the first key's `skip` bytes.
-        let first = slots[0]
         switch prefixOrder(key, raw.bytes(from: Int(first.keyStart), count: skip)) {
         case .below: return (0, false)
         case .above: return (slots.count, false)
         case .within: break
         }
       }
-      // Only keys in `lo..<end` can equal `key`; those before are smaller.
-      let r = heads.withUnsafeBufferPointer { headRange($0, keyHead(key, after: skip)) }
-      guard !r.isEmpty else { return (r.lowerBound, false) }
+      let head = keyHead(key, after: skip)
       // Keys with equal heads whose tails fit in a head differ only in
       // trailing zero bytes, so the shorter sorts first: the slots' lengths
       // order them without reading the keys.
       let shortTail = key.count - skip <= 8
-      @inline(__always) func compare(_ i: Int) -> Int {
-        let s = slots[i]
+      @inline(__always) func compareTie(_ s: LeafSlot) -> Int {
         if shortTail && Int(s.keyLength) - skip <= 8 { return Int(s.keyLength) - key.count }
         return compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key)
       }
-      var (lo, hi) = (r.lowerBound, r.upperBound)
-      let end = hi
-      while lo < hi {
-        let mid = (lo + hi) >> 1
-        if compare(mid) < 0 { lo = mid + 1 } else { hi = mid }
+      guard heads.isEmpty else {
+        // A cached leaf: its array of heads, then the slots only on a tie.
+        // Only keys in `lo..<end` can equal `key`; those before are smaller.
+        let r = heads.withUnsafeBufferPointer { headRange($0, head) }
+        var (lo, hi) = (r.lowerBound, r.upperBound)
+        while lo < hi {
+          let mid = (lo + hi) >> 1
+          if compareTie(slots[mid]) < 0 { lo = mid + 1 } else { hi = mid }
+        }
+        return (lo, lo < r.upperBound && compareTie(slots[lo]) == 0)
       }
-      return (lo, lo < end && compare(lo) == 0)
-    }
-  }
-
-  /// The search of a writer's leaf: the heads in its slots, whole keys on ties.
-  private func findBySlotHeads(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
-    let head = keyHead(key)
-    return buffer.withUnsafeBytes { raw in
-      var lo = 0
-      var hi = slots.count
-      while lo < hi {
-        let mid = (lo + hi) >> 1
-        let s = slots[mid]
-        let below =
-          s.head != head
-          ? s.head < head : compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) < 0
-        if below { lo = mid + 1 } else { hi = mid }
+      // A writer's leaf: the heads in its slots.
+      return slots.withUnsafeBufferPointer { sl in
+        var (lo, hi) = (0, sl.count)
+        while lo < hi {
+          let mid = (lo + hi) >> 1
+          let s = sl[mid]
+          let below = s.head != head ? s.head < head : compareTie(s) < 0
+          if below { lo = mid + 1 } else { hi = mid }
+        }
+        return (lo, lo < sl.count && sl[lo].head == head && compareTie(sl[lo]) == 0)
       }
-      guard lo < slots.count, slots[lo].head == head else { return (lo, false) }
-      let s = slots[lo]
-      return (lo, compareBytes(raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) == 0)
     }
   }
 
@@ -298,9 +317,9 @@ final class LeafNode: @unchecked Sendable {
     let keyStart = appendKey(key)
     let (kind, start, length) = makeValue(value)
     let slot = LeafSlot(
-      head: key.withUnsafeBytes { keyHead($0) }, keyStart: keyStart, keyLength: UInt16(key.count), kind: kind,
-      valueStart: start, valueLength: length)
+      head: 0, keyStart: keyStart, keyLength: UInt16(key.count), kind: kind, valueStart: start, valueLength: length)
     slots.insert(slot, at: i)
+    setHead(at: i)
     encodedSize += slot.encodedSize
   }
 
@@ -339,6 +358,10 @@ final class LeafNode: @unchecked Sendable {
   /// Appends entries of `other` (whose keys are all greater than ours),
   /// copying bytes slice by slice: no allocation per entry.
   func appendEntries(of other: LeafNode, range: Range<Int>) {
+    let wasEmpty = slots.isEmpty
+    // The entries come with heads after `other`'s prefix: kept when they
+    // are all this leaf will hold, set again when joining others.
+    defer { if wasEmpty { headSkip = other.headSkip } else if !range.isEmpty { setEveryHead() } }
     slots.reserveCapacity(slots.count + range.count)
     for i in range {
       let s = other.slots[i]
@@ -373,7 +396,7 @@ final class LeafNode: @unchecked Sendable {
   /// A copy owned by `owner`. It shares the arrays until either side
   /// changes them (Swift's copy-on-write then copies each in one piece).
   func copy(owner: UInt64) -> LeafNode {
-    let c = LeafNode(owner: owner, buffer: buffer, slots: slots, encodedSize: encodedSize)
+    let c = LeafNode(owner: owner, buffer: buffer, slots: slots, encodedSize: encodedSize, headSkip: headSkip)
     c.pending = pending
     c.deadBytes = deadBytes
     c.compactIfWasteful()
@@ -404,6 +427,7 @@ final class LeafNode: @unchecked Sendable {
     let fresh = compacted(owner: owner)
     buffer = fresh.buffer
     slots = fresh.slots
+    headSkip = fresh.headSkip
     pending = fresh.pending
     deadBytes = 0
   }

@@ -7,11 +7,14 @@ struct PackedKeys: Equatable {
   private(set) var bytes: [UInt8] = []
   /// `ends[i]` is where key `i` ends in `bytes`; it starts where key `i-1` ends.
   private(set) var ends: [UInt32] = []
-  /// The heads of the keys' bytes after their common prefix (see
-  /// ``keyHead(_:after:)``) once ``buildHeads()`` has run; any change drops
-  /// them. Only branches that never change build them.
+  /// The heads of the keys' bytes after a prefix they all share (see
+  /// ``keyHead(_:after:)``), one per key, kept through every change: a
+  /// search walks these and reads keys only on a tie. A writer's branches
+  /// are searched on every put of a load, so they keep heads too.
   private(set) var heads: [UInt64] = []
-  /// How many leading bytes every key shares, when ``heads`` exist.
+  /// How many leading bytes every key shares (not always all it shares:
+  /// removing keys may lengthen the common prefix; it is found again when
+  /// an added key does not share this one).
   private var headSkip = 0
 
   init() {}
@@ -22,7 +25,11 @@ struct PackedKeys: Equatable {
   init(_ keys: [[UInt8]]) {
     bytes.reserveCapacity(keys.reduce(0) { $0 + $1.count })
     ends.reserveCapacity(keys.count)
-    for k in keys { append(k) }
+    for k in keys {
+      bytes.append(contentsOf: k)
+      ends.append(UInt32(bytes.count))
+    }
+    buildHeads()
   }
 
   var count: Int { ends.count }
@@ -43,12 +50,16 @@ struct PackedKeys: Equatable {
     let base = start(range.lowerBound)
     p.bytes = Array(bytes[base..<Int(ends[range.upperBound - 1])])
     p.ends = ends[range].map { $0 - UInt32(base) }
+    p.buildHeads()
     return p
   }
 
-  /// Computes the heads that speed up ``rank(of:inclusive:)``.
-  mutating func buildHeads() {
-    guard count > 0 else { return }
+  /// Computes every head, and the prefix they follow, from the keys.
+  private mutating func buildHeads() {
+    guard count > 0 else {
+      (headSkip, heads) = (0, [])
+      return
+    }
     (headSkip, heads) = bytes.withUnsafeBytes { raw in
       // Safe: every end lies within bytes.
       let skip = commonPrefixLength(
@@ -65,7 +76,7 @@ struct PackedKeys: Equatable {
         var lo = 0
         var hi = ends.count
         var skip = 0
-        if !heads.isEmpty {
+        if !heads.isEmpty {  // (empty only when there are no keys)
           skip = headSkip
           if skip > 0 {
             // Every key starts with key 0's `skip` bytes.
@@ -104,9 +115,26 @@ struct PackedKeys: Equatable {
   }
 
   mutating func append(_ key: [UInt8]) {
-    heads = []
     bytes.append(contentsOf: key)
     ends.append(UInt32(bytes.count))
+    addHead(at: count - 1)
+  }
+
+  /// Adds the head of key `i`, just added: after the prefix the others
+  /// share if it shares it too, else every head again after a shorter one.
+  private mutating func addHead(at i: Int) {
+    guard count > 1 else { return buildHeads() }
+    let other = i == 0 ? 1 : 0
+    let skip = headSkip
+    let head: UInt64? = bytes.withUnsafeBytes { raw in
+      // Safe: every end lies within bytes.
+      let key = raw.bytes(from: start(i), count: length(i))
+      guard key.count >= skip,
+        compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: start(other), count: skip)) == 0
+      else { return nil }
+      return keyHead(key, after: skip)
+    }
+    if let head { heads.insert(head, at: i) } else { buildHeads() }
   }
 
   /// The keys at `spans` (start and length in `source`, each checked by
@@ -132,31 +160,34 @@ struct PackedKeys: Equatable {
       end += UInt32(s.count)
       return end
     }
+    buildHeads()
   }
 
   mutating func append(contentsOf other: PackedKeys) {
-    heads = []
     let base = UInt32(bytes.count)
     bytes.append(contentsOf: other.bytes)
     ends.append(contentsOf: other.ends.map { $0 + base })
+    buildHeads()
   }
 
   mutating func insert(_ key: [UInt8], at i: Int) {
-    heads = []
     let s = start(i)
     bytes.insert(contentsOf: key, at: s)
     ends.insert(UInt32(s), at: i)
     for j in i..<ends.count { ends[j] += UInt32(key.count) }
+    addHead(at: i)
   }
 
   mutating func remove(_ range: Range<Int>) {
-    heads = []
     guard !range.isEmpty else { return }
     let s = start(range.lowerBound)
     let e = Int(ends[range.upperBound - 1])
     bytes.removeSubrange(s..<e)
     ends.removeSubrange(range)
     for j in range.lowerBound..<ends.count { ends[j] -= UInt32(e - s) }
+    // The others still share the prefix.
+    heads.removeSubrange(range)
+    if heads.isEmpty { headSkip = 0 }
   }
 
   mutating func replace(_ i: Int, with key: [UInt8]) {

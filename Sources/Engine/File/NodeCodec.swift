@@ -97,7 +97,7 @@ enum NodeCodec {
       }
       slots.append(
         LeafSlot(
-          head: payload.withUnsafeBytes { keyHead($0.bytes(from: keyStart, count: Int(keyLength))) },
+          head: 0,  // set by the leaf, after its keys' shared prefix
           keyStart: UInt32(keyStart), keyLength: keyLength, kind: kind, valueStart: UInt32(valueStart),
           valueLength: valueLength))
     }
