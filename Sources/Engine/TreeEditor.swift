@@ -6,7 +6,15 @@
 /// It validates nothing: a write transaction checks its arguments first, and
 /// a logged operation was checked when its record was decoded.
 struct TreeEditor {
-  var trees: [String: TreeRoot]
+  private(set) var trees: [String: TreeRoot]
+  /// Where the two keyspaces written last sit in `trees`, so that a write
+  /// finds its tree by comparing names (the same string, usually: the
+  /// caller's own) instead of hashing one. A repository's writes alternate
+  /// between its records and an index. Changes made through
+  /// `trees.values` keep every slot where it is; adding or removing a
+  /// keyspace moves them, and forgets these (``setTree(_:_:)``).
+  private var recent: (name: String, slot: Dictionary<String, TreeRoot>.Index)?
+  private var previous: (name: String, slot: Dictionary<String, TreeRoot>.Index)?
   /// The trees as the transaction began, for telling what a key was before
   /// a range delete of this transaction hid it.
   let base: [String: TreeRoot]
@@ -19,6 +27,25 @@ struct TreeEditor {
     self.base = trees
     self.context = context
     self.changes = trackingChanges ? WriteSet() : nil
+  }
+
+  /// Adds, replaces or (nil) removes the tree of `keyspace`: the only way
+  /// keyspaces come and go, since it moves the slots.
+  private mutating func setTree(_ keyspace: String, _ tree: TreeRoot?) {
+    trees[keyspace] = tree
+    (recent, previous) = (nil, nil)
+  }
+
+  /// The slot of `keyspace`'s tree in `trees`, nil if it has none.
+  private mutating func slot(of keyspace: String) -> Dictionary<String, TreeRoot>.Index? {
+    if let r = recent, r.name == keyspace { return r.slot }
+    if let p = previous, p.name == keyspace {
+      (recent, previous) = (p, recent)
+      return p.slot
+    }
+    guard let slot = trees.index(forKey: keyspace) else { return nil }
+    (recent, previous) = ((keyspace, slot), recent)
+    return slot
   }
 
   /// Whether `key` was in `keyspace` when the transaction began; nil if
@@ -40,8 +67,15 @@ struct TreeEditor {
   @discardableResult
   mutating func put(_ key: [UInt8], _ value: [UInt8], in keyspace: String, ifAbsent: Bool = false) throws -> Bool {
     let ctx = context
-    if changes != nil && trees[keyspace] == nil { noteCreated(keyspace) }
-    let inserted = try trees[keyspace, default: .empty].put(key, ctx.leafValue(value), ctx, ifAbsent: ifAbsent)
+    let inserted: Bool
+    if let slot = slot(of: keyspace) {
+      inserted = try trees.values[slot].put(key, ctx.leafValue(value), ctx, ifAbsent: ifAbsent)
+    } else {
+      if changes != nil { noteCreated(keyspace) }
+      var tree = TreeRoot.empty
+      defer { setTree(keyspace, tree) }
+      inserted = try tree.put(key, ctx.leafValue(value), ctx, ifAbsent: ifAbsent)
+    }
     if ifAbsent && !inserted { return false }
     if changes != nil {
       let existed = { [base] in base[keyspace].map { $0.presence(of: key, ctx) } ?? false }
@@ -53,8 +87,8 @@ struct TreeEditor {
   /// Removes `key`; a missing keyspace or key is left alone. Returns whether it was there.
   @discardableResult
   mutating func delete(_ key: [UInt8], in keyspace: String) throws -> Bool {
-    guard trees[keyspace] != nil else { return false }
-    let found = try trees[keyspace]!.delete(key, context)
+    guard let slot = slot(of: keyspace) else { return false }
+    let found = try trees.values[slot].delete(key, context)
     if found && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].delete(key) }
     return found
   }
@@ -63,8 +97,8 @@ struct TreeEditor {
   /// left alone. Returns how many keys went.
   @discardableResult
   mutating func deleteRange(_ range: KeyRange, in keyspace: String) throws -> UInt64 {
-    guard trees[keyspace] != nil, !range.isEmpty else { return 0 }
-    let removed = try trees[keyspace]!.deleteRange(from: range.lower, to: range.upper, context)
+    guard !range.isEmpty, let slot = slot(of: keyspace) else { return 0 }
+    let removed = try trees.values[slot].deleteRange(from: range.lower, to: range.upper, context)
     if removed > 0 && changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].deleteRange(range) }
     return removed
   }
@@ -73,7 +107,7 @@ struct TreeEditor {
   @discardableResult
   mutating func create(_ keyspace: String) -> Bool {
     guard trees[keyspace] == nil else { return false }
-    trees[keyspace] = .empty
+    setTree(keyspace, .empty)
     if changes != nil { noteCreated(keyspace) }
     return true
   }
@@ -82,7 +116,7 @@ struct TreeEditor {
   @discardableResult
   mutating func drop(_ keyspace: String) -> Bool {
     guard trees[keyspace] != nil else { return false }
-    trees[keyspace] = nil
+    setTree(keyspace, nil)
     if changes != nil { changes!.keyspaces[keyspace, default: KeyspaceChanges()].drop() }
     return true
   }
