@@ -134,8 +134,15 @@ public final class WriteTransaction: KeyValueReader {
   /// repository's `insert(contentsOf:)`) saves copying its writes into a
   /// record that would be thrown away. A wrong guess costs only speed: a
   /// transaction committed by checkpoint is as durable as one logged.
+  ///
+  /// A guess within a fifth of the room left counts as too big: a batch
+  /// guessed from its first few writes (shorter ids, shorter text) tends to
+  /// guess low, and one that crossed the limit at its end would have built
+  /// a record of nearly the whole limit only to throw it away.
   public func expectWrites(bytes: Int) {
-    guard let log, bytes > database.largeTransactionBytes - log.size else { return }
+    guard let log else { return }
+    let room = database.largeTransactionBytes - log.size
+    guard bytes > room - room / 5 else { return }
     self.log = nil
   }
 

@@ -123,6 +123,19 @@ import Testing
       #expect(large.checkpoints == 1)
       #expect(large.walBytesWritten == 0)
       #expect(try db.read { try $0.get(b("c"), in: "ks") } == b("3"))
+
+      // A guess within a fifth of the room left is taken as too big; one
+      // at half the room is not. (The limit: a quarter of the 64 MiB
+      // checkpoint threshold.)
+      let limit = (64 << 20) / 4
+      for (share, logs) in [(0.9, false), (0.5, true)] {
+        try db.write { tx in
+          try tx.put(b("d"), b("4"), in: "ks")
+          let room = limit - (try #require(tx.loggedBytes))
+          tx.expectWrites(bytes: Int(Double(room) * share))
+          #expect((tx.loggedBytes != nil) == logs, "a guess of \(share) of the room")
+        }
+      }
       try db.close()
     }
     let db = try Database.open(at: "/s", options: memoryOptions(fs))
