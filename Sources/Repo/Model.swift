@@ -320,6 +320,12 @@ final class ModelSpace<M>: @unchecked Sendable {
   let texts: [TextWriter]
   /// The declared relationships, with their inverse indexes' keyspaces.
   let relationships: [(relationship: Relationship<M>, indexKeyspace: String)]
+  /// Whether ``relationships`` is not empty, asked once per write: asking
+  /// the array itself, in Repo's unspecialized code, looks up the metadata
+  /// of its tuple type each time.
+  let hasRelationships: Bool
+  /// Whether an index is unique: a write checks no holder before its own.
+  let hasUniqueIndex: Bool
   let counters: RepoCounters
   /// Plans made for this model's queries.
   let plans = PlanCache()
@@ -352,6 +358,7 @@ final class ModelSpace<M>: @unchecked Sendable {
       }
     }
     relationships = declaredRelationships.map { ($0, name + "#index:" + $0.index.name) }
+    hasRelationships = !declaredRelationships.isEmpty
     var seen = Set<String>()
     var resolved: [ResolvedIndex<M>] = []
     for index in declared {
@@ -362,6 +369,7 @@ final class ModelSpace<M>: @unchecked Sendable {
     }
     indexes = resolved
     writers = resolved.filter { !$0.index.isText }.map { IndexWriter(keyspace: $0.keyspace, index: $0.index) }
+    hasUniqueIndex = writers.contains { $0.unique }
     texts = resolved.compactMap { r in
       r.index.textFields.map { TextWriter(keyspace: r.keyspace, name: r.index.name, fields: $0) }
     }

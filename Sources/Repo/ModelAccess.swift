@@ -286,11 +286,15 @@ where M.ID: Codable & Hashable & Sendable {
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)
       c.keepsScannedLeaves = true
+      // Records are looked up through a cursor of their own: each lookup
+      // starts from the branches the last one passed through (the root at
+      // least), not from the keyspace's name.
+      let records = try reader.cursor(in: space.records, range: .all)
       // The index entry's key and value (its record's key) are lent by the
       // cursor while the record is looked up and visited: nothing copied.
       func entry(_ indexKey: UnsafeRawBufferPointer, _ id: UnsafeRawBufferPointer) throws -> Bool {
         var more = true
-        let found = try reader.visitValue(forKey: id, in: space.records) { v in
+        let found = try records.visitValue(forKey: id) { v in
           counters.recordsRead.add(1, ordering: .relaxed)
           more = try visit(id, v, indexKey)
         }
@@ -507,31 +511,47 @@ where M.ID: Codable & Hashable & Sendable {
   /// Stores new records: as `insert` one by one, with their text postings
   /// gathered and written once for the batch (also when one is refused:
   /// those stored before it keep theirs).
-  func insert(contentsOf models: some Collection<M>, _ tx: WriteTransaction) throws {
-    guard !space.texts.isEmpty else {
-      for m in models { try insert(m, tx) }
-      return
-    }
-    let buffer = TextPostingBuffer()
-    do {
-      for m in models { try insert(m, tx, postings: buffer) }
-    } catch {
+  ///
+  /// The models are read through a buffer pointer: this code runs
+  /// unspecialized, and a `for`-`in` over a collection of `M` steps a
+  /// generic iterator through witness tables (about 5% of an insert).
+  func insert(contentsOf models: ArraySlice<M>, _ tx: WriteTransaction) throws {
+    try models.withUnsafeBufferPointer { models in
+      guard !space.texts.isEmpty else {
+        for i in models.indices { try insert(models[i], tx) }
+        return
+      }
+      let buffer = TextPostingBuffer()
+      do {
+        for i in models.indices { try insert(models[i], tx, postings: buffer) }
+      } catch {
+        try buffer.flush(tx)
+        throw error
+      }
       try buffer.flush(tx)
-      throw error
     }
-    try buffer.flush(tx)
   }
 
   func insert(_ model: M, _ tx: WriteTransaction, postings: TextPostingBuffer? = nil) throws {
-    if !space.relationships.isEmpty { try checkReferences(model, tx) }
+    if space.hasRelationships { try checkReferences(model, tx) }
     let k = try key(model.id)
-    let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
-    // Stored only if its id is free: the duplicate check and the write are
-    // one descent of the tree.
-    guard try tx.insert(k, try encode(model), in: space.records) else {
-      throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
+    if space.hasUniqueIndex {
+      let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
+      try insertRecord(model, key: k, tx)
+      for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
+    } else {
+      // No entry can be refused by another record: the keys alone, made
+      // before anything is written (making one may throw), as a plain list
+      // rather than `indexEntries`' pairs, whose tuple type this
+      // unspecialized code would look up per call.
+      var entries: [[UInt8]] = []
+      entries.reserveCapacity(space.writers.count)
+      try withUnsafePointer(to: model) { p in
+        for i in space.writers { entries.append(try indexKey(i, p, id: k)) }
+      }
+      try insertRecord(model, key: k, tx)
+      for (i, entry) in zip(space.writers, entries) { try tx.put(entry, k, in: i.keyspace) }
     }
-    for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
     guard !space.texts.isEmpty else { return }
     if let postings {
       try withUnsafePointer(to: model) { p in
@@ -542,8 +562,16 @@ where M.ID: Codable & Hashable & Sendable {
     }
   }
 
+  /// Stores the record of a new model, if its id is free: the duplicate
+  /// check and the write are one descent of the tree.
+  private func insertRecord(_ model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
+    guard try tx.insert(k, try encode(model), in: space.records) else {
+      throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
+    }
+  }
+
   func update(_ model: M, _ tx: WriteTransaction) throws {
-    if !space.relationships.isEmpty { try checkReferences(model, tx) }
+    if space.hasRelationships { try checkReferences(model, tx) }
     let k = try key(model.id)
     guard let old = try tx.get(k, in: space.records) else {
       throw RepoError(.notFound, "no record with this id", model: space.name, id: "\(model.id)")
@@ -552,7 +580,7 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func upsert(_ model: M, _ tx: WriteTransaction) throws {
-    if !space.relationships.isEmpty { try checkReferences(model, tx) }
+    if space.hasRelationships { try checkReferences(model, tx) }
     let k = try key(model.id)
     if let old = try tx.get(k, in: space.records) {
       try write(model, key: k, old: try decode(old, key: k), tx)
@@ -737,7 +765,7 @@ where M.ID: Codable & Hashable & Sendable {
         try tx.deleteRange(range, in: i.keyspace)
         // In key order: the deletes that fall in one record leaf come one
         // after another, instead of at random in the index's order.
-        recordKeys.sort { $0.lexicographicallyPrecedes($1) }
+        recordKeys.sort(by: keyPrecedes)
         for k in recordKeys { try tx.delete(k, in: space.records) }
         return recordKeys.count
       }
@@ -962,7 +990,7 @@ extension ModelAccess {
         return true
       }
     }
-    keys.sort { $0.lexicographicallyPrecedes($1) }
+    keys.sort(by: keyPrecedes)
     return keys
   }
 
@@ -1062,7 +1090,7 @@ extension ModelAccess {
     // The related records read once each, in key order.
     var slotOf = [Int](repeating: -1, count: distinct.count)
     let targets = Gathered<T>()
-    for p in distinct.indices.sorted(by: { distinct[$0].lexicographicallyPrecedes(distinct[$1]) }) {
+    for p in distinct.indices.sorted(by: { keyPrecedes(distinct[$0], distinct[$1]) }) {
       if let bytes = try reader.get(distinct[p], in: target.space.records) {
         targets.append(try target.decode(bytes, key: distinct[p]))
         slotOf[p] = targets.count - 1
@@ -1098,7 +1126,7 @@ extension ModelAccess {
         keys.append(Array(value))
         return true
       }
-      keys.sort { $0.lexicographicallyPrecedes($1) }
+      keys.sort(by: keyPrecedes)
       referrerKeys += keys
       for k in keys {
         if let bytes = try reader.get(k, in: source.space.records) {

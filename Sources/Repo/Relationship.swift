@@ -309,7 +309,7 @@ final class RelationshipGraph: @unchecked Sendable {
     // per referred-to record, and the records in runs.
     for (model, edge) in ranged {
       for key in rangeKeys[model] ?? [] { try tx.deleteRange(.prefix(key), in: edge.indexKeyspace) }
-      try deleteInRuns((found[model] ?? []).sorted { $0.lexicographicallyPrecedes($1) }, edge.records, tx)
+      try deleteInRuns((found[model] ?? []).sorted(by: keyPrecedes), edge.records, tx)
     }
     return keys.count
   }
@@ -333,7 +333,7 @@ final class RelationshipGraph: @unchecked Sendable {
     var open = false
     while i < keys.count, let e = try cursor.next() {
       // A key the keyspace does not hold ends the run.
-      while i < keys.count, keys[i].lexicographicallyPrecedes(e.key) {
+      while i < keys.count, keyPrecedes(keys[i], e.key) {
         i += 1
         open = false
       }

@@ -337,13 +337,19 @@ public final class Cursor {
       // stored property written per entry would be checked for exclusive
       // access each time) and stored back however the visit ends.
       var stopped = false
+      // Backwards, a leaf whose first key is at or above the lower bound
+      // is inside the range throughout: its entries are not compared.
+      let lowerInLeaf =
+        !forward && l.count > 0
+        && lower.map { bound in l.withKey(at: 0) { k in bound.withUnsafeBytes { compareBytes(k, $0) } } < 0 } ?? false
       do {
         var at = index
         defer { index = at }
         try l.visit(from: forward ? at : at - 1, step: forward ? 1 : -1, store: ctx.store) { i, k, v in
           let outside =
             forward
-            ? pastUpper(l, i) : lower.map { bound in bound.withUnsafeBytes { compareBytes(k, $0) } < 0 } ?? false
+            ? pastUpper(l, i)
+            : lowerInLeaf && lower.map { bound in bound.withUnsafeBytes { compareBytes(k, $0) } < 0 } ?? false
           if outside {
             stopped = true
             return false

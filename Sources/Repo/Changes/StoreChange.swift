@@ -82,7 +82,7 @@ public struct RecordChanges: Sendable, Equatable {
         }
       }
     }
-    deleted.sort { $0.lexicographicallyPrecedes($1) }
+    deleted.sort(by: keyPrecedes)
     rangeIDsIncluded = true
   }
 }

@@ -65,7 +65,7 @@ struct UndoEntry {
   mutating func set(_ changes: [UndoChange], in keyspace: String, sorted: Bool = false) {
     guard !changes.isEmpty else { return }
     var changes = changes
-    if !sorted { changes.sort { $0.key.lexicographicallyPrecedes($1.key) } }
+    if !sorted { changes.sort { keyPrecedes($0.key, $1.key) } }
     bytes += changes.reduce(0) { $0 + $1.cost }
     spaces[keyspace] = changes
   }

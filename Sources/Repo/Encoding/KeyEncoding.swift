@@ -1,4 +1,13 @@
+import Engine
 import Foundation
+
+/// Whether key `a` sorts before key `b` in the engine's byte order: the
+/// engine's word-at-a-time comparison, for sorting lists of keys, where
+/// the generic `lexicographicallyPrecedes` steps byte by byte through
+/// unspecialized iterators.
+func keyPrecedes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+  a.withUnsafeBytes { x in b.withUnsafeBytes { y in compareBytes(x, y) < 0 } }
+}
 
 /// The order-preserving key encoding (FORMAT.md §9.2): ids and index values
 /// become byte strings whose byte order is the values' order, so the

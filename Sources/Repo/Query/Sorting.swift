@@ -39,7 +39,7 @@ struct SortComparator<M> {
     switch compare(a.0, b.0) {
     case .orderedAscending: true
     case .orderedDescending: false
-    case .orderedSame: reverseTies ? b.1.lexicographicallyPrecedes(a.1) : a.1.lexicographicallyPrecedes(b.1)
+    case .orderedSame: reverseTies ? keyPrecedes(b.1, a.1) : keyPrecedes(a.1, b.1)
     }
   }
 

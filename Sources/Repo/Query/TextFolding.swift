@@ -298,7 +298,7 @@ enum TextFolding {
     }
     if !other.isEmpty {
       out.append(contentsOf: other.map { Trigram(bytes: $0.key, positions: $0.value) })
-      out.sort { $0.bytes.lexicographicallyPrecedes($1.bytes) }
+      out.sort { keyPrecedes($0.bytes, $1.bytes) }
     }
     return out
   }

@@ -42,7 +42,7 @@ struct TermTrigrams: Hashable {
         at[bytes, default: []].append(i)
       }
     }
-    let sorted = at.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+    let sorted = at.sorted { keyPrecedes($0.key, $1.key) }
     trigrams = sorted.map(\.key)
     offsets = sorted.map(\.value)
   }
@@ -206,10 +206,10 @@ enum TextPostings {
     var i = 0
     var j = 0
     while i < old.count || j < new.count {
-      if j == new.count || (i < old.count && old[i].bytes.lexicographicallyPrecedes(new[j].bytes)) {
+      if j == new.count || (i < old.count && keyPrecedes(old[i].bytes, new[j].bytes)) {
         gone.append(old[i])
         i += 1
-      } else if i == old.count || new[j].bytes.lexicographicallyPrecedes(old[i].bytes) {
+      } else if i == old.count || keyPrecedes(new[j].bytes, old[i].bytes) {
         set.append(new[j])
         j += 1
       } else {

@@ -185,7 +185,7 @@ public final class Migration {
       }
       try transaction.put(newKey, try to.encode(replacement), in: target)
       counts[target, default: (0, 0, 0)].written += 1
-      return target == source && compareBytes(newKey, key) > 0 ? newKey : nil
+      return target == source && keyPrecedes(key, newKey) ? newKey : nil
     }
   }
 
@@ -323,9 +323,4 @@ public final class Migration {
     return SchemaChange(
       kind: .migrated, model: counts.keys.sorted().joined(separator: ", "), name: name, detail: detail)
   }
-}
-
-private func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
-  for (x, y) in zip(a, b) where x != y { return x < y ? -1 : 1 }
-  return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
 }
