@@ -632,12 +632,36 @@ where M.ID: Codable & Hashable & Sendable {
   private func write(
     _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
   ) throws {
-    let entries = try indexEntries(of: model, key: k, oldIndexKey: oldIndexKey, tx)
-    for (i, entry) in zip(space.writers, entries) where entry.old != entry.new {
-      if let old = entry.old { try tx.delete(old, in: i.keyspace) }
-      try tx.put(entry.new, k, in: i.keyspace)
+    // Everything that may throw comes before the first write.
+    let record = try encode(model)
+    if space.writers.count == 1 {
+      // One index (the common case): its two keys, without a list of them.
+      let i = space.writers[0]
+      let new = try withUnsafePointer(to: model) { p in try indexKey(i, p, id: k) }
+      let old = try oldIndexKey(i)
+      if old != new {
+        try checkUnique(i, new, key: k, model, tx)
+        if let old { try tx.delete(old, in: i.keyspace) }
+        try tx.put(new, k, in: i.keyspace)
+      }
+    } else {
+      let entries = try indexEntries(of: model, key: k, oldIndexKey: oldIndexKey, tx)
+      for (i, entry) in zip(space.writers, entries) where entry.old != entry.new {
+        if let old = entry.old { try tx.delete(old, in: i.keyspace) }
+        try tx.put(entry.new, k, in: i.keyspace)
+      }
     }
-    try tx.put(k, try encode(model), in: space.records)
+    try tx.put(k, record, in: space.records)
+  }
+
+  /// Throws if `i` is unique and another record than `k` holds `entry`.
+  private func checkUnique(_ i: IndexWriter, _ entry: [UInt8], key k: [UInt8], _ model: M, _ tx: WriteTransaction)
+    throws
+  {
+    guard i.unique, let holder = try tx.get(entry, in: i.keyspace), holder != k else { return }
+    throw RepoError(
+      .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.name)", model: space.name,
+      id: "\(model.id)", field: i.name)
   }
 
   /// For each index, in `space.writers`' order, the entry `oldIndexKey`
@@ -656,11 +680,7 @@ where M.ID: Codable & Hashable & Sendable {
       for i in writers {
         let new = try indexKey(i, p, id: k)
         let old = try oldIndexKey(i)
-        if i.unique, old != new, let holder = try tx.get(new, in: i.keyspace), holder != k {
-          throw RepoError(
-            .uniqueViolation, "another record (\(Self.describeKey(holder))) already has this \(i.name)",
-            model: space.name, id: "\(model.id)", field: i.name)
-        }
+        if old != new { try checkUnique(i, new, key: k, model, tx) }
         entries.append((old, new))
       }
       return entries
@@ -836,7 +856,9 @@ where M.ID: Codable & Hashable & Sendable {
       try selected.withModel(at: n) { p in
         var new = p.pointee
         try change(&new)
-        guard try key(new.id) == k else {
+        // An unchanged id has the same key: encoded only when it changed.
+        let sameID = new.id == p.pointee.id
+        guard try sameID || key(new.id) == k else {
           throw RepoError(
             .encoding, "a batch update may not change a record's id", model: space.name, id: "\(p.pointee.id)")
         }
