@@ -117,8 +117,10 @@ final class LeafNode: @unchecked Sendable {
     let (s, other) = (slots[i], slots[i == 0 ? 1 : 0])
     let head: UInt64? = buffer.withUnsafeBytes { raw in
       // Safe: slot bounds were set when appended.
+      // (A damaged leaf may hold keys out of order: every length is
+      // checked, so no read leaves a key.)
       let key = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
-      guard key.count >= skip,
+      guard key.count >= skip, Int(other.keyLength) >= skip,
         compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: Int(other.keyStart), count: skip)) == 0
       else { return nil }
       return keyHead(key, after: skip)
@@ -159,8 +161,11 @@ final class LeafNode: @unchecked Sendable {
     buffer.withUnsafeBytes { raw in
       let skip = headSkip
       if skip > 0, let first = slots.first {
-        // Every key starts with the first key's `skip` bytes.
-        switch prefixOrder(key, raw.bytes(from: Int(first.keyStart), count: skip)) {
+        // Every key starts with the first key's `skip` bytes. (Not always
+        // in a damaged leaf, whose keys may be out of order: the read stays
+        // inside the first key.)
+        let prefix = raw.bytes(from: Int(first.keyStart), count: Swift.min(skip, Int(first.keyLength)))
+        switch prefixOrder(key, prefix) {
         case .below: return (0, false)
         case .above: return (slots.count, false)
         case .within: break

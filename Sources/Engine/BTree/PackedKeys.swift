@@ -79,8 +79,10 @@ struct PackedKeys: Equatable {
         if !heads.isEmpty {  // (empty only when there are no keys)
           skip = headSkip
           if skip > 0 {
-            // Every key starts with key 0's `skip` bytes.
-            switch prefixOrder(key, raw.bytes(from: 0, count: skip)) {
+            // Every key starts with key 0's `skip` bytes. (Not always in a
+            // damaged branch, whose keys may be out of order: the read
+            // stays inside key 0.)
+            switch prefixOrder(key, raw.bytes(from: 0, count: Swift.min(skip, Int(ends[0])))) {
             case .below: return 0
             case .above: return ends.count
             case .within: break
@@ -129,7 +131,7 @@ struct PackedKeys: Equatable {
     let head: UInt64? = bytes.withUnsafeBytes { raw in
       // Safe: every end lies within bytes.
       let key = raw.bytes(from: start(i), count: length(i))
-      guard key.count >= skip,
+      guard key.count >= skip, length(other) >= skip,
         compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: start(other), count: skip)) == 0
       else { return nil }
       return keyHead(key, after: skip)
