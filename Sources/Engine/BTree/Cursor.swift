@@ -18,22 +18,27 @@ public final class Cursor {
   public let range: KeyRange
   private let isOpen: () -> Bool
 
+  // The position is not checked for exclusive access at run time: a
+  // cursor is used by one thread, and no method holds an access to these
+  // across a call out (`forEach` keeps its position in a local while its
+  // closure runs). The checks were an eighth of a point lookup's descent.
+
   /// Branches from the root down, and the child index taken in each.
-  private var path: [(branch: BranchNode, index: Int)] = []
-  private var leaf: LeafNode?
+  @exclusivity(unchecked) private var path: [(branch: BranchNode, index: Int)] = []
+  @exclusivity(unchecked) private var leaf: LeafNode?
   /// Whether every key of `leaf` lies below the range's upper bound, so
   /// stepping forward in it needs no comparison. Worked out once per leaf.
-  private var leafBelowUpper = false
-  private var leafChecked: LeafNode?
+  @exclusivity(unchecked) private var leafBelowUpper = false
+  @exclusivity(unchecked) private var leafChecked: LeafNode?
   /// Gap index in `leaf`: entries before it are behind the cursor.
-  private var index = 0
+  @exclusivity(unchecked) private var index = 0
   /// Leaves stepped into since the last seek. Past ``scanLeaves`` the
   /// cursor is scanning, and leaves it has to read from the file are not
   /// added to the node cache: a long scan neither evicts the working set
   /// nor grows memory with the size of the range (scan resistance), unless
   /// ``keepsScannedLeaves`` asks for the cache's spare room. Leaves already
   /// cached are still used, and short range scans fill the cache.
-  private var leavesStepped = 0
+  @exclusivity(unchecked) private var leavesStepped = 0
   static let scanLeaves = 16
 
   /// Whether the leaves a long scan reads from the file may stay in the
