@@ -323,7 +323,9 @@ final class LeafNode: @unchecked Sendable {
     let (kind, start, length) = makeValue(value)
     let slot = LeafSlot(
       head: 0, keyStart: keyStart, keyLength: UInt16(key.count), kind: kind, valueStart: start, valueLength: length)
-    slots.insert(slot, at: i)
+    // Appending (ids that grow, a sorted load) skips `insert(_:at:)`'s
+    // generic subrange replacement.
+    if i == slots.count { slots.append(slot) } else { slots.insert(slot, at: i) }
     setHead(at: i)
     encodedSize += slot.encodedSize
   }
