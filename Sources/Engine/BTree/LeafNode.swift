@@ -115,15 +115,11 @@ final class LeafNode: @unchecked Sendable {
     guard slots.count > 1 else { return setEveryHead() }
     let skip = headSkip
     let (s, other) = (slots[i], slots[i == 0 ? 1 : 0])
-    let head: UInt64? = buffer.withUnsafeBytes { raw in
-      // Safe: slot bounds were set when appended.
-      // (A damaged leaf may hold keys out of order: every length is
-      // checked, so no read leaves a key.)
-      let key = raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength))
-      guard key.count >= skip, Int(other.keyLength) >= skip,
-        compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: Int(other.keyStart), count: skip)) == 0
-      else { return nil }
-      return keyHead(key, after: skip)
+    let head = buffer.withUnsafeBytes { raw in
+      // Safe: slot bounds were checked when decoded or set when appended.
+      keyHead(
+        raw.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), after: skip,
+        sharedWith: raw.bytes(from: Int(other.keyStart), count: Int(other.keyLength)))
     }
     if let head { slots[i].head = head } else { setEveryHead() }
   }

@@ -128,13 +128,11 @@ struct PackedKeys: Equatable {
     guard count > 1 else { return buildHeads() }
     let other = i == 0 ? 1 : 0
     let skip = headSkip
-    let head: UInt64? = bytes.withUnsafeBytes { raw in
+    let head = bytes.withUnsafeBytes { raw in
       // Safe: every end lies within bytes.
-      let key = raw.bytes(from: start(i), count: length(i))
-      guard key.count >= skip, length(other) >= skip,
-        compareBytes(key.bytes(from: 0, count: skip), raw.bytes(from: start(other), count: skip)) == 0
-      else { return nil }
-      return keyHead(key, after: skip)
+      keyHead(
+        raw.bytes(from: start(i), count: length(i)), after: skip,
+        sharedWith: raw.bytes(from: start(other), count: length(other)))
     }
     if let head { heads.insert(head, at: i) } else { buildHeads() }
   }

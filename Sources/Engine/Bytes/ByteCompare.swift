@@ -108,6 +108,18 @@ func keyHead(_ key: UnsafeRawBufferPointer, after skip: Int) -> UInt64 {
   keyHead(key.bytes(from: Swift.min(skip, key.count), count: Swift.max(0, key.count - skip)))
 }
 
+/// The head of `key` after `skip` bytes if its first `skip` bytes are
+/// `other`'s, else nil: how a key added to a node whose keys share `skip`
+/// leading bytes gets its head, or learns the node must find its prefix
+/// again. (In a damaged node either may be shorter than `skip`: then nil,
+/// with no read past either.)
+func keyHead(_ key: UnsafeRawBufferPointer, after skip: Int, sharedWith other: UnsafeRawBufferPointer) -> UInt64? {
+  guard key.count >= skip, other.count >= skip,
+    compareBytes(key.bytes(from: 0, count: skip), other.bytes(from: 0, count: skip)) == 0
+  else { return nil }
+  return keyHead(key, after: skip)
+}
+
 /// How many leading bytes `a` and `b` share.
 func commonPrefixLength(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
   let n = Swift.min(a.count, b.count)
