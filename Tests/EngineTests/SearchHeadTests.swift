@@ -48,6 +48,35 @@ import Testing
       + around + [[], [0], [0, 0, 0, 0, 0, 0, 0, 0, 0], [UInt8](repeating: 255, count: 12)]
   }
 
+  /// A change both node kinds take.
+  enum KeyChange {
+    case insert([UInt8], at: Int)
+    case remove(Range<Int>)
+  }
+
+  /// A random change to the sorted `model`, made to it: a key of `pool`
+  /// inserted, a few keys removed, or a key outside the shared `prefix`
+  /// inserted at an end. Nil when the drawn change cannot be made.
+  static func randomChange(
+    _ rng: inout SplitMix64, pool: [[UInt8]], prefix: [UInt8], model: inout [[UInt8]]
+  ) -> KeyChange? {
+    let key: [UInt8]
+    switch rng.next() % 4 {
+    case 0, 1: key = pool[Int(rng.next() % UInt64(pool.count))]
+    case 2:
+      guard !model.isEmpty else { return nil }
+      let i = Int(rng.next() % UInt64(model.count))
+      let n = Swift.min(model.count - i, 1 + Int(rng.next() % 3))
+      model.removeSubrange(i..<(i + n))
+      return .remove(i..<(i + n))
+    default: key = rng.next() % 2 == 0 ? [] : [255] + prefix
+    }
+    guard !model.contains(key) else { return nil }
+    let i = ModelTests.Model.rank(model, key)
+    model.insert(key, at: i)
+    return .insert(key, at: i)
+  }
+
   @Test func keyHeadsKeepTheKeysOrder() {
     var rng = SplitMix64(seed: testSeed())
     let keys = Self.awkwardKeys(&rng, count: 500)
@@ -141,25 +170,12 @@ import Testing
       }
       for step in 0..<300 {
         switch rng.next() % 8 {
-        case 0, 1, 2:
-          let k = pool[Int(rng.next() % UInt64(pool.count))]
-          guard !model.contains(k) else { continue }
-          let i = ModelTests.Model.rank(model, k)
-          model.insert(k, at: i)
-          leaf.insert(k, .inline([1]), at: i)
-        case 3:
-          // A key outside the shared prefix, at an end.
-          let k: [UInt8] = rng.next() % 2 == 0 ? [] : [255] + prefix
-          guard !model.contains(k) else { continue }
-          let i = ModelTests.Model.rank(model, k)
-          model.insert(k, at: i)
-          leaf.insert(k, .inline([2]), at: i)
-        case 4:
-          guard !model.isEmpty else { continue }
-          let i = Int(rng.next() % UInt64(model.count))
-          let n = Swift.min(model.count - i, 1 + Int(rng.next() % 3))
-          model.removeSubrange(i..<(i + n))
-          leaf.remove(i..<(i + n))
+        case 0, 1, 2, 3, 4:
+          switch Self.randomChange(&rng, pool: pool, prefix: prefix, model: &model) {
+          case .insert(let k, let i): leaf.insert(k, .inline([1]), at: i)
+          case .remove(let r): leaf.remove(r)
+          case nil: continue
+          }
         case 5:
           // Split, then merge the halves back (as a delete's rebalance does).
           guard model.count > 2 else { continue }
@@ -185,27 +201,13 @@ import Testing
       var model: [[UInt8]] = []
       var packed = PackedKeys()
       for step in 0..<300 {
-        switch rng.next() % 4 {
-        case 0, 1:
-          let k = pool[Int(rng.next() % UInt64(pool.count))]
-          guard !model.contains(k) else { continue }
-          let i = ModelTests.Model.rank(model, k)
-          model.insert(k, at: i)
+        switch Self.randomChange(&rng, pool: pool, prefix: prefix, model: &model) {
+        case .insert(let k, let i):
+          // Appending nothing sets every head again, as joining branches does.
+          if i == 0 || i == model.count - 1 { packed.append(contentsOf: PackedKeys()) }
           packed.insert(k, at: i)
-        case 2:
-          guard !model.isEmpty else { continue }
-          let i = Int(rng.next() % UInt64(model.count))
-          let n = Swift.min(model.count - i, 1 + Int(rng.next() % 3))
-          model.removeSubrange(i..<(i + n))
-          packed.remove(i..<(i + n))
-        default:
-          // A key outside the shared prefix, at an end.
-          let k: [UInt8] = rng.next() % 2 == 0 ? [] : [255] + prefix
-          guard !model.contains(k) else { continue }
-          let i = ModelTests.Model.rank(model, k)
-          model.insert(k, at: i)
-          packed.append(contentsOf: PackedKeys())
-          packed.insert(k, at: i)
+        case .remove(let r): packed.remove(r)
+        case nil: continue
         }
         #expect(packed.heads.count == model.count)
         #expect(packed == PackedKeys(model))
