@@ -287,7 +287,12 @@ struct WideGenerator<R: WideModel> {
         other: PredicateExpressions.Value(["il", "a", "1"][int(3)]))
     case 12:
       let b = PredicateExpressions.KeyPath(root: v, keyPath: p.b)
-      return int(2) == 0 ? b : PredicateExpressions.Negation(b)
+      switch int(4) {
+      case 0: return b
+      case 1: return PredicateExpressions.Negation(b)
+      case 2: return PredicateExpressions.Equal(lhs: b, rhs: PredicateExpressions.Value(int(2) == 0))
+      default: return PredicateExpressions.NotEqual(lhs: PredicateExpressions.Value(int(2) == 0), rhs: b)
+      }
     case 13: return compare(v, p.date, day(int(30)))
     case 14: return equal(v, p.uuid, uuids[int(4)])
     case 15: return equal(v, p.data, Data([UInt8(int(3))]))

@@ -800,3 +800,29 @@ struct RecordBytes {
   }
 
 }
+
+/// Whether the `n` bytes at `a` and at `b` are the same: in place for the
+/// short names of record fields (a word or two compared, overlapping), by
+/// `memcmp` past sixteen bytes. Field names are compared for every field of
+/// every record decoded or tested, where a call into the C library cost
+/// more than the comparison.
+@inline(__always)
+func sameBytes(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ n: Int) -> Bool {
+  if n >= 8 {
+    guard n <= 16 else { return memcmp(a, b, n) == 0 }
+    return a.loadUnaligned(as: UInt64.self) == b.loadUnaligned(as: UInt64.self)
+      && a.loadUnaligned(fromByteOffset: n - 8, as: UInt64.self)
+        == b.loadUnaligned(fromByteOffset: n - 8, as: UInt64.self)
+  }
+  if n >= 4 {
+    return a.loadUnaligned(as: UInt32.self) == b.loadUnaligned(as: UInt32.self)
+      && a.loadUnaligned(fromByteOffset: n - 4, as: UInt32.self)
+        == b.loadUnaligned(fromByteOffset: n - 4, as: UInt32.self)
+  }
+  var i = 0
+  while i < n {
+    if a.load(fromByteOffset: i, as: UInt8.self) != b.load(fromByteOffset: i, as: UInt8.self) { return false }
+    i += 1
+  }
+  return true
+}

@@ -200,7 +200,7 @@ final class RecordLayout: @unchecked Sendable {
     let f = fields[i]
     return f.nameCount == name.count
       && (f.nameCount == 0
-        || memcmp(names.baseAddress! + f.nameStart, bytes.baseAddress! + name.lowerBound, f.nameCount) == 0)
+        || sameBytes(names.baseAddress! + f.nameStart, bytes.baseAddress! + name.lowerBound, f.nameCount))
   }
 
   /// Reads the value at `o` into property `i`; returns the offset past it,

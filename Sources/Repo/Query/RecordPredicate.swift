@@ -30,6 +30,10 @@ extension RecordField {
     guard record.count > 1, isRecordFormat(record[0]) else { return .undecided }
     let at = position
     let depth = at.depth
+    // A field at the top, where it was last found: the usual case.
+    if depth == 1, let found = Self.entry(at[0], named: at.name(0), in: record, container: 1) {
+      return value(at: found, record)
+    }
     var offset = 1
     for d in 0..<depth {
       let name = at.name(d)
@@ -140,7 +144,7 @@ extension RecordField {
     }
     let n = name.count
     guard o < end, Int(record[o]) == n, o + 1 + n <= end else { return nil }
-    guard n == 0 || memcmp(record.baseAddress! + o + 1, name.baseAddress!, n) == 0 else { return nil }
+    guard n == 0 || sameBytes(record.baseAddress! + o + 1, name.baseAddress!, n) else { return nil }
     return o + 1 + n
   }
 
@@ -514,7 +518,9 @@ func byteCompileConstant<M>(_ value: Any, type: Any.Type, _ c: ByteCompiler<M>) 
     c.values.append(value)  // ProbeSession keeps the enums' values
     return .value({ _ in .undecided }, kind: nil, isEnum: false)
   }
-  if let b = value as? Bool { return .test({ _ in b }) }
+  // A Bool is a value that is also a test: `$0.done == true` compares it,
+  // `&& true` tests it.
+  if let b = value as? Bool { return .value({ _ in .bool(b) }, kind: nil, isEnum: false, constant: .bool(b)) }
   guard let pv = ProbeValue.of(value) else {
     c.fail("a constant of type \(type)")
     return nil
@@ -536,6 +542,115 @@ func byteCompileConstant<M>(_ value: Any, type: Any.Type, _ c: ByteCompiler<M>) 
 extension PredicateExpressions.NilLiteral: ByteCompilable {
   func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
     .value({ _ in .null }, kind: nil, isEnum: false, constant: .null)
+  }
+}
+
+/// A comparison of two values.
+enum ByteOp {
+  case equal, notEqual, less, lessOrEqual, greater, greaterOrEqual
+
+  /// The same comparison with its sides exchanged: `a < b` is `b > a`.
+  var swapped: ByteOp {
+    switch self {
+    case .equal, .notEqual: return self
+    case .less: return .greater
+    case .lessOrEqual: return .greaterOrEqual
+    case .greater: return .less
+    case .greaterOrEqual: return .lessOrEqual
+    }
+  }
+
+  /// `x op y` on two values of one comparable type.
+  @inline(__always) func holds<T: Comparable>(_ x: T, _ y: T) -> Bool {
+    switch self {
+    case .equal: return x == y
+    case .notEqual: return x != y
+    case .less: return x < y
+    case .lessOrEqual: return x <= y
+    case .greater: return x > y
+    case .greaterOrEqual: return x >= y
+    }
+  }
+}
+
+/// `field op constant` for a constant that is a number, a Bool or nil,
+/// with the verdicts `byteEqual`, `byteLess` and `byteLessOrEqual` give:
+/// a field of the constant's kind compares; a null field is unequal to a
+/// number (and equal to nil) and orders nothing; any other value, and an
+/// undecided one, leaves the record to evaluation. nil for other constants.
+///
+/// The predicates an unindexed query, an update or a batch delete tests on
+/// every record are mostly of this shape; one closure per operator and kind
+/// keeps the per-record work to reading the field and one comparison.
+private func fieldTest(_ field: RecordField, _ op: ByteOp, _ constant: ByteValue) -> ByteTest? {
+  // What a null field gives: `==` false, `!=` true, an ordering nil.
+  let onNull: Bool? = op == .equal ? false : op == .notEqual ? true : nil
+  switch constant {
+  case .int(let y):
+    switch op {
+    case .equal:
+      return { r in
+        switch field.read(r) {
+        case .int(let x): return x == y
+        case .null: return false
+        default: return nil
+        }
+      }
+    case .less:
+      return { r in
+        if case .int(let x) = field.read(r) { return x < y }
+        return nil
+      }
+    case .greaterOrEqual:
+      return { r in
+        if case .int(let x) = field.read(r) { return x >= y }
+        return nil
+      }
+    default:
+      return { r in
+        switch field.read(r) {
+        case .int(let x): return op.holds(x, y)
+        case .null: return onNull
+        default: return nil
+        }
+      }
+    }
+  case .uint(let y):
+    return { r in
+      switch field.read(r) {
+      case .uint(let x): return op.holds(x, y)
+      case .null: return onNull
+      default: return nil
+      }
+    }
+  case .double(let y):
+    return { r in
+      switch field.read(r) {
+      case .double(let x): return op.holds(x, y)
+      case .null: return onNull
+      default: return nil
+      }
+    }
+  case .bool(let y):
+    guard op == .equal || op == .notEqual else { return nil }
+    return { r in
+      switch field.read(r) {
+      case .bool(let x): return (x == y) == (op == .equal)
+      case .null: return onNull
+      default: return nil
+      }
+    }
+  case .null:
+    guard op == .equal || op == .notEqual else { return nil }
+    return { r in
+      switch field.read(r) {
+      case .undecided: return nil
+      case .null: return op == .equal
+      default: return op == .notEqual
+      }
+    }
+  case .bytes, .undecided:
+    return nil
   }
 }
 
@@ -570,6 +685,26 @@ private struct Operands {
     }
   }
 
+  /// `left op right`: for a field and a number, a Bool or nil on either
+  /// side, one closure that reads the field and compares it in place (no
+  /// closure per side, no `ByteValue` pair switched over); otherwise `test`
+  /// with the general comparison. Either way the verdict is
+  /// `byteEqual`'s, `byteLess`'s or `byteLessOrEqual`'s.
+  func compare(_ op: ByteOp) -> ByteTest {
+    if let field, let constant {
+      let op = fieldOnLeft ? op : op.swapped
+      if let t = fieldTest(field, op, constant) { return t }
+    }
+    switch op {
+    case .equal: return test(byteEqual)
+    case .notEqual: return test { byteEqual($0, $1, kind: $2).map { !$0 } }
+    case .less: return test { byteLess($0, $1, kind: $2) }
+    case .lessOrEqual: return test { byteLessOrEqual($0, $1, kind: $2) }
+    case .greater: return test { byteLess($1, $0, kind: $2) }
+    case .greaterOrEqual: return test { byteLessOrEqual($1, $0, kind: $2) }
+    }
+  }
+
   /// `test(left, right)`, reading a field straight into the comparison
   /// when the other side is a constant (no closure per side).
   func test(_ t: @escaping (ByteValue, ByteValue, RecordField.Kind?) -> Bool?) -> ByteTest {
@@ -586,14 +721,14 @@ private struct Operands {
 extension PredicateExpressions.Equal: ByteCompilable {
   func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
     guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
-    return .test(o.test(byteEqual))
+    return .test(o.compare(.equal))
   }
 }
 
 extension PredicateExpressions.NotEqual: ByteCompilable {
   func byteCompile<M>(_ c: ByteCompiler<M>) -> ByteExpr? {
     guard let o = Operands(Repo.byteCompile(lhs, c), Repo.byteCompile(rhs, c), c) else { return nil }
-    return .test(o.test { byteEqual($0, $1, kind: $2).map { !$0 } })
+    return .test(o.compare(.notEqual))
   }
 }
 
@@ -607,10 +742,10 @@ extension PredicateExpressions.Comparison: ByteCompilable {
       return nil
     }
     switch op {
-    case .lessThan: return .test(o.test { byteLess($0, $1, kind: $2) })
-    case .lessThanOrEqual: return .test(o.test { byteLessOrEqual($0, $1, kind: $2) })
-    case .greaterThan: return .test(o.test { byteLess($1, $0, kind: $2) })
-    case .greaterThanOrEqual: return .test(o.test { byteLessOrEqual($1, $0, kind: $2) })
+    case .lessThan: return .test(o.compare(.less))
+    case .lessThanOrEqual: return .test(o.compare(.lessOrEqual))
+    case .greaterThan: return .test(o.compare(.greater))
+    case .greaterThanOrEqual: return .test(o.compare(.greaterOrEqual))
     @unknown default:
       c.fail("an unknown comparison")
       return nil
