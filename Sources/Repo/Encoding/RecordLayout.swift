@@ -209,6 +209,7 @@ final class RecordLayout: @unchecked Sendable {
   private func store(_ i: Int, _ raw: RecordBytes, at o: Int, into model: UnsafeMutableRawPointer) -> Int? {
     let f = fields[i]
     let p = model + f.offset
+    if let end = storeCommon(f, raw, at: o, into: p) { return end }
     guard let end = raw.quickSkip(at: o) ?? (try? raw.skip(at: o, [])) else { return nil }
     let tag = raw.bytes[o]
     if tag == RecordTag.null.rawValue {
@@ -253,6 +254,58 @@ final class RecordLayout: @unchecked Sendable {
     case .uint32: return put(try? raw.integer(UInt32.self, at: o, []))
     case .uint16: return put(try? raw.integer(UInt16.self, at: o, []))
     case .uint8: return put(try? raw.integer(UInt8.self, at: o, []))
+    }
+  }
+
+  /// The common cases of `store` read in place: an integer stored as a
+  /// varint, a string with a one-byte length, a Double, a Date, a Bool, each
+  /// in the property of its own type. The same values the general path
+  /// reads (it steps over the value with `quickSkip` and reads it with the
+  /// throwing readers); nil, with nothing stored, for anything else, which
+  /// that path then takes.
+  @inline(__always)
+  private func storeCommon(_ f: Field, _ raw: RecordBytes, at o: Int, into p: UnsafeMutableRawPointer) -> Int? {
+    let b = raw.bytes
+    guard o + 1 < b.count else { return nil }
+    let tag = b[o]
+    @inline(__always) func put<T>(_ value: T) {
+      if f.optional {
+        p.initializeMemory(as: T?.self, to: value)
+      } else {
+        p.initializeMemory(as: T.self, to: value)
+      }
+    }
+    switch f.kind {
+    case .int, .int64:
+      guard tag == RecordTag.int.rawValue else { return nil }
+      var end = o + 1
+      // At most ten bytes, as quickSkip steps over.
+      guard let z = raw.varint(at: &end), end - o <= 11 else { return nil }
+      let v = RecordBytes.unzigzag(z)
+      if f.kind == .int { put(Int(v)) } else { put(v) }
+      return end
+    case .string:
+      let n = Int(b[o + 1])
+      guard tag == RecordTag.string.rawValue, n < 0x80, o + 2 + n <= b.count else { return nil }
+      put(String(decoding: UnsafeRawBufferPointer(rebasing: b[(o + 2)..<(o + 2 + n)]), as: UTF8.self))
+      return o + 2 + n
+    case .double, .date:
+      guard o + 9 <= b.count else { return nil }
+      let v = Double(bitPattern: UInt64(littleEndian: b.loadUnaligned(fromByteOffset: o + 1, as: UInt64.self)))
+      if f.kind == .double {
+        guard tag == RecordTag.double.rawValue else { return nil }
+        put(v)
+      } else {
+        guard tag == RecordTag.date.rawValue else { return nil }
+        put(Date(timeIntervalSinceReferenceDate: v))
+      }
+      return o + 9
+    case .bool:
+      guard tag == RecordTag.true.rawValue || tag == RecordTag.false.rawValue else { return nil }
+      put(tag == RecordTag.true.rawValue)
+      return o + 1
+    default:
+      return nil
     }
   }
 
