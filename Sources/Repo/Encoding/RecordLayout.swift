@@ -163,7 +163,10 @@ final class RecordLayout: @unchecked Sendable {
         continue
       }
       // The same name twice: init(from:) decides.
-      guard filled & (1 << UInt64(i)) == 0, let next = store(i, raw, at: o, into: model) else {
+      guard filled & (1 << UInt64(i)) == 0,
+        let next = storeCommon(fields[i], raw, at: o, into: model + fields[i].offset)
+          ?? store(i, raw, at: o, into: model)
+      else {
         return undo(filled, model)
       }
       filled |= 1 << UInt64(i)
@@ -205,11 +208,10 @@ final class RecordLayout: @unchecked Sendable {
 
   /// Reads the value at `o` into property `i`; returns the offset past it,
   /// or nil (nothing stored) when the value is not what init(from:) would take.
-  @inline(__always)
+  /// The general path, for what ``storeCommon`` does not read.
   private func store(_ i: Int, _ raw: RecordBytes, at o: Int, into model: UnsafeMutableRawPointer) -> Int? {
     let f = fields[i]
     let p = model + f.offset
-    if let end = storeCommon(f, raw, at: o, into: p) { return end }
     guard let end = raw.quickSkip(at: o) ?? (try? raw.skip(at: o, [])) else { return nil }
     let tag = raw.bytes[o]
     if tag == RecordTag.null.rawValue {
@@ -257,12 +259,14 @@ final class RecordLayout: @unchecked Sendable {
     }
   }
 
-  /// The common cases of `store` read in place: an integer stored as a
-  /// varint, a string with a one-byte length, a Double, a Date, a Bool, each
-  /// in the property of its own type. The same values the general path
+  /// Reads the value at `o` into the property at `p`, for the common
+  /// cases, in place: an integer stored as a varint, a string with a
+  /// one-byte length, a Double, a Date, a Bool, each in a property of its
+  /// own type. The same values the general path, ``store(_:_:at:into:)``,
   /// reads (it steps over the value with `quickSkip` and reads it with the
   /// throwing readers); nil, with nothing stored, for anything else, which
-  /// that path then takes.
+  /// that path then takes. Called first from `fill`, not from `store`: a
+  /// call fewer per field.
   @inline(__always)
   private func storeCommon(_ f: Field, _ raw: RecordBytes, at o: Int, into p: UnsafeMutableRawPointer) -> Int? {
     let b = raw.bytes
