@@ -1,3 +1,5 @@
+import Dispatch
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
@@ -188,7 +190,10 @@ struct CheckpointWriter {
 
   /// Writes the subtree at `ref` if it is in memory (or, when compacting,
   /// wherever it is); returns its disk reference.
-  mutating func write(_ ref: NodeRef) throws -> DiskRef {
+  mutating func write(_ ref: NodeRef) throws -> DiskRef { try write(ref, prepared: nil) }
+
+  /// `write(_:)`, for a leaf whose block `prepared` holds when given.
+  private mutating func write(_ ref: NodeRef, prepared: PreparedLeaf?) throws -> DiskRef {
     switch ref {
     case .disk(let disk):
       guard let source else { return disk }
@@ -215,18 +220,29 @@ struct CheckpointWriter {
           break
         }
       }
-      let payload = NodeCodec.encodeLeaf(leaf, largeRefs: largeRefs)
-      let r = try append(.leaf, payload)
-      target.cache.insert(
-        r.offset, .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: target.path, offset: r.offset.rawValue)))
+      let r: DiskRef
+      let clean: LeafNode
+      if let prepared {
+        counters.leavesPreparedInParallel.add(1)
+        r = try append(.leaf, prepared: prepared.block)
+        clean =
+          try prepared.decoded
+          ?? NodeCodec.decodeLeaf(prepared.block.payload, owner: 0, path: target.path, offset: r.offset.rawValue)
+      } else {
+        let payload = NodeCodec.encodeLeaf(leaf, largeRefs: largeRefs)
+        r = try append(.leaf, payload)
+        clean = try NodeCodec.decodeLeaf(payload, owner: 0, path: target.path, offset: r.offset.rawValue)
+      }
+      target.cache.insert(r.offset, .leaf(clean))
       counters.nodesWritten.add(1)
       return DiskRef(offset: r.offset, length: r.length, subtreeBytes: largeBytes.plusClamped(UInt64(r.length)))
     case .memory(.branch(let branch)):
       var children: [NodeRef] = []
       children.reserveCapacity(branch.childCount)
       var bytes: UInt64 = 0
-      for child in branch.children {
-        let r = try write(child)
+      let prepared = prepareLeaves(of: branch)
+      for (i, child) in branch.children.enumerated() {
+        let r = try write(child, prepared: prepared?[i])
         children.append(.disk(r))
         bytes = bytes.plusClamped(r.subtreeBytes)
       }
@@ -239,12 +255,65 @@ struct CheckpointWriter {
     }
   }
 
+  /// A leaf's block made ready on another thread, and the leaf decoded
+  /// from it for the cache.
+  struct PreparedLeaf: @unchecked Sendable {
+    // Safe: made by one worker, read by the writer after every worker is done.
+    let block: BlockFraming.Prepared
+    let decoded: LeafNode?
+  }
+
+  /// Fewer leaves than this in a branch are encoded and compressed on the
+  /// writer's thread: handing them out would cost more than it saves.
+  static var parallelLeaves: Int { 8 }
+
+  /// The blocks of `branch`'s unwritten leaves, encoded, compressed and
+  /// decoded again on every core: a large commit's checkpoint spends most of
+  /// its time compressing leaves, and no leaf's compressed bytes depend on
+  /// where it lands. Indexed like the branch's children (nil for a child
+  /// written the ordinary way: a branch, a node on disk, a leaf with large
+  /// values still to write). nil when there is nothing to share or no
+  /// second core, when the store does not compress, and when compacting.
+  private func prepareLeaves(of branch: BranchNode) -> [PreparedLeaf?]? {
+    guard compressor != nil, source == nil, branch.level == 1 else { return nil }
+    let workers = min(Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 8)
+    guard workers > 1 else { return nil }
+    var leaves: [(index: Int, leaf: LeafNode)] = []
+    for (i, child) in branch.children.enumerated() {
+      guard case .memory(.leaf(let leaf)) = child, !leaf.slots.contains(where: { $0.kind == .pending }) else {
+        continue
+      }
+      leaves.append((i, leaf))
+    }
+    guard leaves.count >= Self.parallelLeaves else { return nil }
+    let results = UnsafeMutableBufferPointer<PreparedLeaf?>.allocate(capacity: branch.childCount)
+    results.initialize(repeating: nil)
+    defer {
+      results.deinitialize()
+      results.deallocate()
+    }
+    let work = ParallelLeaves(leaves: leaves, results: results, path: target.path)
+    DispatchQueue.concurrentPerform(iterations: workers) { w in work.run(worker: w, of: workers) }
+    return Array(results)
+  }
+
+  private mutating func append(_ kind: BlockKind, prepared: BlockFraming.Prepared) throws -> DiskRef {
+    let offset = position
+    let before = buffer.count
+    try BlockFraming.frame(kind: kind, prepared: prepared, at: offset, cipher: target.cipher, into: &buffer)
+    return try appended(at: offset, length: buffer.count - before)
+  }
+
   private mutating func append(_ kind: BlockKind, _ payload: [UInt8]) throws -> DiskRef {
     let offset = position
     let before = buffer.count
     try BlockFraming.frame(
       kind: kind, payload: payload, at: offset, compressor: compressor, cipher: target.cipher, into: &buffer)
-    let length = buffer.count - before
+    return try appended(at: offset, length: buffer.count - before)
+  }
+
+  /// Accounts for a block of `length` bytes just framed at `offset`.
+  private mutating func appended(at offset: UInt64, length: Int) throws -> DiskRef {
     position += UInt64(length)
     if buffer.count >= Self.flushSize { try flush() }
     return DiskRef(offset: BlockOffset(offset), length: UInt32(length), subtreeBytes: UInt64(length))
@@ -298,4 +367,28 @@ func currentMilliseconds() -> UInt64 {
   var ts = timespec()
   clock_gettime(CLOCK_REALTIME, &ts)
   return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+}
+
+/// One checkpoint's share-out of leaves to encode, compress and decode:
+/// worker `w` of `n` takes leaves `w`, `w + n`, … and writes only their
+/// result slots.
+private struct ParallelLeaves: @unchecked Sendable {
+  // Safe: the leaves are only read (a checkpoint writes a version no writer
+  // changes any more), and each result slot is written by one worker and
+  // read after `concurrentPerform` returns.
+  let leaves: [(index: Int, leaf: LeafNode)]
+  let results: UnsafeMutableBufferPointer<CheckpointWriter.PreparedLeaf?>
+  let path: String
+
+  func run(worker w: Int, of n: Int) {
+    let compressor = Compressor()
+    for j in stride(from: w, to: leaves.count, by: n) {
+      let (index, leaf) = leaves[j]
+      let block = BlockFraming.Prepared(NodeCodec.encodeLeaf(leaf, largeRefs: [:]), compressor: compressor)
+      // The offset only names where a decoding error lies: the writer
+      // decodes again, at the block's offset, should this one fail.
+      let decoded = try? NodeCodec.decodeLeaf(block.payload, owner: 0, path: path, offset: 0)
+      results[index] = CheckpointWriter.PreparedLeaf(block: block, decoded: decoded)
+    }
+  }
 }

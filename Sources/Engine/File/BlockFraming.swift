@@ -35,17 +35,64 @@ enum BlockFraming {
     kind: BlockKind, payload: [UInt8], at offset: UInt64, compressor: Compressor?, cipher: BlockCipher?,
     into out: inout [UInt8]
   ) throws(EngineError) {
+    var failure: EngineError?
+    let appended =
+      compressor?.compress(payload) { stored -> Bool in
+        do throws(EngineError) {
+          try append(kind: kind, payload: payload, compressed: stored, at: offset, cipher: cipher, into: &out)
+        } catch { failure = error }
+        return true
+      } ?? false
+    if let failure { throw failure }
+    if !appended { try append(kind: kind, payload: payload, compressed: nil, at: offset, cipher: cipher, into: &out) }
+  }
+
+  /// A payload with its compressed form worked out ahead of framing, so
+  /// that compression, which does not depend on where the block lands, can
+  /// run on other threads (``CheckpointWriter`` compresses a branch's leaves
+  /// in parallel).
+  struct Prepared: @unchecked Sendable {
+    // Safe: immutable arrays, handed from the thread that made them to the
+    // writer once it is done.
+    let payload: [UInt8]
+    /// The compressed bytes, when compression saved enough.
+    let compressed: [UInt8]?
+
+    init(_ payload: [UInt8], compressor: Compressor?) {
+      self.payload = payload
+      compressed = compressor?.compress(payload) { Array($0) }
+    }
+  }
+
+  /// Appends the framed block of a prepared payload: what ``frame(kind:payload:at:compressor:cipher:into:)``
+  /// appends for the same payload.
+  static func frame(
+    kind: BlockKind, prepared: Prepared, at offset: UInt64, cipher: BlockCipher?, into out: inout [UInt8]
+  ) throws(EngineError) {
+    guard let compressed = prepared.compressed else {
+      return try append(kind: kind, payload: prepared.payload, compressed: nil, at: offset, cipher: cipher, into: &out)
+    }
+    var failure: EngineError?
+    compressed.withUnsafeBytes { stored in
+      do throws(EngineError) {
+        try append(kind: kind, payload: prepared.payload, compressed: stored, at: offset, cipher: cipher, into: &out)
+      } catch { failure = error }
+    }
+    if let failure { throw failure }
+  }
+
+  /// Appends the block of `payload`, stored as `compressed` when given
+  /// (else as is), sealed when `cipher` is given, then its checksum.
+  private static func append(
+    kind: BlockKind, payload: [UInt8], compressed: UnsafeRawBufferPointer?, at offset: UInt64, cipher: BlockCipher?,
+    into out: inout [UInt8]
+  ) throws(EngineError) {
     let start = out.count
     if let cipher {
       var failure: EngineError?
-      let appended =
-        compressor?.compress(payload) { stored -> Bool in
-          do throws(EngineError) {
-            try appendSealed(kind: kind, stored, raw: payload.count, compressed: true, at: offset, cipher, to: &out)
-          } catch { failure = error }
-          return true
-        } ?? false
-      if !appended {
+      if let compressed {
+        try appendSealed(kind: kind, compressed, raw: payload.count, compressed: true, at: offset, cipher, to: &out)
+      } else {
         payload.withUnsafeBytes { p in
           do throws(EngineError) {
             try appendSealed(kind: kind, p, raw: payload.count, compressed: false, at: offset, cipher, to: &out)
@@ -53,18 +100,13 @@ enum BlockFraming {
         }
       }
       if let failure { throw failure }
+    } else if let compressed {
+      appendHeader(
+        kind: kind, flags: BlockLayout.flagCompressed, stored: compressed.count, raw: payload.count, to: &out)
+      out.append(contentsOf: compressed)
     } else {
-      let appended =
-        compressor?.compress(payload) { stored -> Bool in
-          appendHeader(
-            kind: kind, flags: BlockLayout.flagCompressed, stored: stored.count, raw: payload.count, to: &out)
-          out.append(contentsOf: stored)
-          return true
-        } ?? false
-      if !appended {
-        appendHeader(kind: kind, flags: 0, stored: payload.count, raw: payload.count, to: &out)
-        out.append(contentsOf: payload)
-      }
+      appendHeader(kind: kind, flags: 0, stored: payload.count, raw: payload.count, to: &out)
+      out.append(contentsOf: payload)
     }
     let sum = Checksum.xxh3(out, (start + BlockLayout.kind)..<out.count, seed: offset)
     out.withUnsafeMutableBytes { $0.storeBytes(of: sum.littleEndian, toByteOffset: start, as: UInt64.self) }

@@ -51,6 +51,9 @@ final class Counters: Sendable {
   let bytesRead = StripedCounter()
   // Added to by the writer, checkpoints and compactions.
   let nodesWritten = Counter()
+  /// Leaves a checkpoint encoded and compressed on several threads (not in
+  /// ``Statistics``: how a checkpoint divides its work, for tests).
+  let leavesPreparedInParallel = Counter()
   let dataBytesWritten = Counter()
   let walBytesWritten = Counter()
   let dataSyncs = Counter()
