@@ -329,6 +329,8 @@ final class ModelSpace<M>: @unchecked Sendable {
   let counters: RepoCounters
   /// Plans made for this model's queries.
   let plans = PlanCache()
+  /// Which indexes are built, as of the last commit a read asked about.
+  let builtAsOf = BuiltIndexes()
 
   struct ResolvedIndex<Model> {
     let index: Index<Model>
@@ -397,5 +399,30 @@ final class ModelSpace<M>: @unchecked Sendable {
     guard let indexed = M.self as? any IndexedModel.Type else { return [] }
     func open<T: IndexedModel>(_: T.Type) -> [Relationship<M>] { (T.relationships as? [Relationship<M>]) ?? [] }
     return open(indexed)
+  }
+}
+
+/// The names of a model's built indexes as of one commit, kept for the reads
+/// that follow: a store's commits are numbered in order and never reuse a
+/// number, so the set read at commit `n` holds for every snapshot of `n`.
+/// Saves every read a lookup per index in the model's bookkeeping keyspace.
+final class BuiltIndexes: @unchecked Sendable {
+  // Safe: every access to `last` holds `lock`.
+  private let lock = NSLock()
+  private var last: (sequence: CommitSequence, names: Set<String>)?
+
+  /// The set kept for commit `sequence`, or nil.
+  func names(at sequence: CommitSequence) -> Set<String>? {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let last, last.sequence == sequence else { return nil }
+    return last.names
+  }
+
+  /// Keeps `names` as the set at commit `sequence`.
+  func keep(_ names: Set<String>, at sequence: CommitSequence) {
+    lock.lock()
+    defer { lock.unlock() }
+    last = (sequence, names)
   }
 }

@@ -149,6 +149,15 @@ where M.ID: Codable & Hashable & Sendable {
     return built
   }
 
+  /// The names of the indexes built as of `snapshot`: read once per commit.
+  func builtIndexes(asOf snapshot: Snapshot) throws -> Set<String> {
+    let sequence = snapshot.sequence
+    if let known = space.builtAsOf.names(at: sequence) { return known }
+    let names = try builtIndexes(snapshot)
+    space.builtAsOf.keep(names, at: sequence)
+    return names
+  }
+
   /// Readies the model for writes in `tx`: checks its shape against the
   /// recorded one and applies what changed, the first time; after that,
   /// builds any declared index that is not built (another process may have

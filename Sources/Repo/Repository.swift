@@ -330,7 +330,7 @@ where Model.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.fetch(
       descriptor, referencing: keyPath, target, where: predicate, snapshot,
-      targetBuilt: try target.builtIndexes(snapshot))
+      targetBuilt: try target.builtIndexes(asOf: snapshot))
   }
 
   /// ``fetch(_:referencing:where:)`` for an optional reference.
@@ -341,7 +341,7 @@ where Model.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.fetch(
       descriptor, referencing: keyPath, target, where: predicate, snapshot,
-      targetBuilt: try target.builtIndexes(snapshot))
+      targetBuilt: try target.builtIndexes(asOf: snapshot))
   }
 
   /// How many records refer through `keyPath` to a `Target` record that
@@ -351,7 +351,7 @@ where Model.ID: Codable & Hashable & Sendable {
   ) throws -> Int where Target.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.count(
-      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(asOf: snapshot))
   }
 
   /// ``count(referencing:where:)`` for an optional reference.
@@ -360,7 +360,7 @@ where Model.ID: Codable & Hashable & Sendable {
   ) throws -> Int where Target.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.count(
-      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(asOf: snapshot))
   }
 
   /// The records `descriptor` selects, each with the `Target` record its
@@ -410,10 +410,10 @@ where Model.ID: Codable & Hashable & Sendable {
   ) throws -> String where Target.ID: Codable & Hashable & Sendable {
     let target = try store.access(Target.self)
     return try access.explain(
-      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(snapshot))
+      referencing: keyPath, target, where: predicate, snapshot, targetBuilt: try target.builtIndexes(asOf: snapshot))
   }
 
-  private func built() throws -> Set<String> { try access.builtIndexes(snapshot) }
+  private func built() throws -> Set<String> { try access.builtIndexes(asOf: snapshot) }
 
   /// The record with this id, or nil.
   public func get(_ id: Model.ID) throws -> Model? { try access.get(id, snapshot) }

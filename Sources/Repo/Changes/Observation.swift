@@ -104,7 +104,7 @@ where Model.ID: Codable & Hashable & Sendable {
 
   /// The results as of `snapshot`.
   private func fetch(_ snapshot: Snapshot) throws -> [Model] {
-    try access.fetch(descriptor, snapshot, built: try access.builtIndexes(snapshot))
+    try access.fetch(descriptor, snapshot, built: try access.builtIndexes(asOf: snapshot))
   }
 
   private func mayChange(_ e: CommitEvent) throws -> Bool {
@@ -417,7 +417,7 @@ extension Repository {
       RelatedObserver(
         stream: try store.database.subscribe(), relatedRecords: relatedRecords, inverseIndex: inverseIndex,
         fetch: { snapshot in
-          let (value, records, related) = try fetch(snapshot, try access.builtIndexes(snapshot))
+          let (value, records, related) = try fetch(snapshot, try access.builtIndexes(asOf: snapshot))
           return .init(value: value, keys: try records.map { try access.key($0.id) }, related: related)
         },
         baseMayChange: { e, keys in try access.resultsMayChange(e, lastKeys: keys, matches: matches, offset: offset) }
