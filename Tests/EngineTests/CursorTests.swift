@@ -381,6 +381,9 @@ import Testing
       for i in stride(from: 4_000, to: 4_400, by: 2) { try tx.put(key(i), b("w\(i)"), in: "ks") }
     }
     let snap = try db.snapshot()
+    // Three levels or more: lookups pass branches below the root, which a
+    // cursor remembers (its branch memo) once it has resolved them.
+    #expect((db.storage.keyspaces["ks"]?.height ?? 0) >= 3)
     var rng = SplitMix64(seed: 9)
     let asked = (0..<3_000).map { _ in Int(rng.next() % 6_200) }
     for (name, order) in [("ascending", asked.sorted()), ("descending", asked.sorted().reversed()), ("random", asked)] {
@@ -399,6 +402,25 @@ import Testing
           }
         }
       }
+    }
+  }
+
+  /// More branches below the root than a cursor's branch memo has slots:
+  /// slots are shared, and a lookup must never take a branch remembered
+  /// for another block.
+  @Test func lookupsThroughManyBranchesFindWhatGetFinds() throws {
+    let fs = MemoryFileSystem()
+    let db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 512))
+    try db.write { tx in for i in stride(from: 0, to: 80_000, by: 2) { try tx.put(key(i), b("v\(i)"), in: "ks") } }
+    try db.checkpoint()
+    let snap = try db.snapshot()
+    var rng = SplitMix64(seed: 21)
+    let c = try snap.cursor(in: "ks")
+    for n in 0..<4_000 {
+      let i = Int(rng.next() % 80_000)
+      var got: [UInt8]?
+      let found = try key(i).withUnsafeBytes { k in try c.visitValue(forKey: k) { got = Array($0) } }
+      #expect(found == (i % 2 == 0) && got == (i % 2 == 0 ? b("v\(i)") : nil), "lookup \(n): key \(i)")
     }
   }
 

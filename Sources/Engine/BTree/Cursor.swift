@@ -41,6 +41,25 @@ public final class Cursor {
   @exclusivity(unchecked) private var leavesStepped = 0
   static let scanLeaves = 16
 
+  /// Branches below the root this cursor has resolved from disk, by block
+  /// offset (direct-mapped, ``branchMemoSize`` slots; the branch memo). Point lookups in
+  /// random order (the records of an index scan) leave the root for a
+  /// different child almost every time; each such branch would cost a
+  /// node-cache lookup, with its shard lock. A block at an offset never
+  /// changes, so a remembered branch is the one the cache would give.
+  /// Allocated at the first use: offsets (0 for an empty slot) and branches.
+  @exclusivity(unchecked) private var memoOffsets: UnsafeMutablePointer<UInt64>?
+  @exclusivity(unchecked) private var memoBranches: UnsafeMutablePointer<BranchNode?>?
+  static let branchMemoSize = 16
+
+  deinit {
+    if let memoOffsets, let memoBranches {
+      memoBranches.deinitialize(count: Self.branchMemoSize)
+      memoBranches.deallocate()
+      memoOffsets.deallocate()
+    }
+  }
+
   /// Whether the leaves a long scan reads from the file may stay in the
   /// node cache where it has room to spare. They never evict anything, so
   /// the working set stays; memory grows up to the cache's size
@@ -133,9 +152,36 @@ public final class Cursor {
           path.append((b, i))
         }
         depth += 1
-        node = try ctx.resolve(b.children[i], level: b.level - 1)
+        node = b.level > 1 ? try branch(b.children[i], level: b.level - 1) : try ctx.resolve(b.children[i], level: 0)
       }
     }
+  }
+
+  /// The branch `ref` names, from the branch memo when this cursor resolved
+  /// it before.
+  private func branch(_ ref: NodeRef, level: Int) throws -> Node {
+    guard case .disk(let disk) = ref else { return try ctx.resolve(ref, level: level) }
+    let offset = disk.offset.rawValue
+    // Blocks are at least a header apart: the low bits say little.
+    let slot = Int(truncatingIfNeeded: (offset >> 6) ^ (offset >> 12)) & (Self.branchMemoSize - 1)
+    let offsets: UnsafeMutablePointer<UInt64>
+    let branches: UnsafeMutablePointer<BranchNode?>
+    if let memoOffsets, let memoBranches {
+      (offsets, branches) = (memoOffsets, memoBranches)
+      if offsets[slot] == offset, let known = branches[slot], known.level == level { return .branch(known) }
+    } else {
+      offsets = .allocate(capacity: Self.branchMemoSize)
+      offsets.initialize(repeating: 0, count: Self.branchMemoSize)
+      branches = .allocate(capacity: Self.branchMemoSize)
+      branches.initialize(repeating: nil, count: Self.branchMemoSize)
+      (memoOffsets, memoBranches) = (offsets, branches)
+    }
+    let node = try ctx.resolve(ref, level: level)
+    if case .branch(let b) = node {
+      offsets[slot] = offset
+      branches[slot] = b
+    }
+    return node
   }
 
   /// Moves before the entry that is `offset` entries past the start of the
