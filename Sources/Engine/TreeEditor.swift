@@ -38,8 +38,12 @@ struct TreeEditor {
 
   /// The slot of `keyspace`'s tree in `trees`, nil if it has none.
   private mutating func slot(of keyspace: String) -> Dictionary<String, TreeRoot>.Index? {
-    if let r = recent, r.name == keyspace { return r.slot }
-    if let p = previous, p.name == keyspace {
+    // Lengths first: a record and its index entries alternate between two
+    // keyspaces, and `==` on two different strings compares them through the
+    // standard library's general path.
+    @inline(__always) func same(_ a: String) -> Bool { a.utf8.count == keyspace.utf8.count && a == keyspace }
+    if let r = recent, same(r.name) { return r.slot }
+    if let p = previous, same(p.name) {
       (recent, previous) = (p, recent)
       return p.slot
     }
