@@ -251,6 +251,21 @@ struct StoredPart {
   let kind: Kind
   let offset: Int
 
+  /// Whether the models at `a` and `b` hold the same value in this part:
+  /// the same bits (the same key bytes), or for strings, equal ones
+  /// (canonically equivalent strings encode to the same key).
+  @inline(__always)
+  func same(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer) -> Bool {
+    switch kind {
+    case .int, .date, .double:
+      return a.load(fromByteOffset: offset, as: UInt64.self) == b.load(fromByteOffset: offset, as: UInt64.self)
+    case .bool: return a.load(fromByteOffset: offset, as: UInt8.self) == b.load(fromByteOffset: offset, as: UInt8.self)
+    case .uuid: return memcmp(a + offset, b + offset, 16) == 0
+    case .string:
+      return a.load(fromByteOffset: offset, as: String.self) == b.load(fromByteOffset: offset, as: String.self)
+    }
+  }
+
   /// Appends the part of the model at `model` to `e`.
   @inline(__always)
   func write(_ model: UnsafeRawPointer, _ e: KeyEncoder) {
@@ -277,6 +292,11 @@ struct IndexWriter {
   /// The entry key of the model the pointer points to, whose record key is
   /// the second argument. Throws the index's `RepoError` (unsupported key).
   let key: (UnsafeRawPointer, [UInt8]) throws -> [UInt8]
+  /// Whether the two models pointed to are sure to have the same entry key:
+  /// each indexed property holds the same bits, or equal strings (which
+  /// encode alike). False says nothing: the keys are then made and compared.
+  /// nil when the index's parts are not stored properties of known types.
+  let sameKey: ((UnsafeRawPointer, UnsafeRawPointer) -> Bool)?
 
   /// The writer of `index`, whose entries live in `keyspace`.
   init<M>(keyspace: String, index: Index<M>) {
@@ -298,6 +318,9 @@ struct IndexWriter {
       }
       if !unique { e.bytes.append(contentsOf: id) }
       return e.bytes
+    }
+    sameKey = parts.map { parts in
+      { a, b in parts.allSatisfy { $0.same(a, b) } }
     }
   }
 }

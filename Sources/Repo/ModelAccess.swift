@@ -610,7 +610,13 @@ where M.ID: Codable & Hashable & Sendable {
   /// Stores `model` and moves its index entries from `old`'s values to its own.
   private func write(_ model: M, key k: [UInt8], old: M, _ tx: WriteTransaction) throws {
     try withUnsafePointer(to: old) { o in
-      try write(model, key: k, oldIndexKey: { try indexKey($0, o, id: k) }, tx)
+      try withUnsafePointer(to: model) { n in
+        // An entry whose indexed values did not change is left alone
+        // without making either key.
+        try write(
+          model, key: k, oldIndexKey: { try indexKey($0, o, id: k) },
+          unchanged: { $0.sameKey?(UnsafeRawPointer(n), UnsafeRawPointer(o)) ?? false }, tx)
+      }
       guard !space.texts.isEmpty else { return }
       try withUnsafePointer(to: model) { n in
         for t in space.texts {
@@ -639,13 +645,15 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   private func write(
-    _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
+    _ model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?,
+    unchanged: (IndexWriter) -> Bool = { _ in false }, _ tx: WriteTransaction
   ) throws {
     // Everything that may throw comes before the first write.
     let record = try encode(model)
     if space.writers.count == 1 {
       // One index (the common case): its two keys, without a list of them.
       let i = space.writers[0]
+      if unchanged(i) { return try tx.put(k, record, in: space.records) }
       let new = try withUnsafePointer(to: model) { p in try indexKey(i, p, id: k) }
       let old = try oldIndexKey(i)
       if old != new {
@@ -654,7 +662,7 @@ where M.ID: Codable & Hashable & Sendable {
         try tx.put(new, k, in: i.keyspace)
       }
     } else {
-      let entries = try indexEntries(of: model, key: k, oldIndexKey: oldIndexKey, tx)
+      let entries = try indexEntries(of: model, key: k, oldIndexKey: oldIndexKey, unchanged: unchanged, tx)
       for (i, entry) in zip(space.writers, entries) where entry.old != entry.new {
         if let old = entry.old { try tx.delete(old, in: i.keyspace) }
         try tx.put(entry.new, k, in: i.keyspace)
@@ -679,7 +687,8 @@ where M.ID: Codable & Hashable & Sendable {
   /// refused write leaves the transaction as it was, so a caller that
   /// catches the error can go on.
   private func indexEntries(
-    of model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?, _ tx: WriteTransaction
+    of model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?,
+    unchanged: (IndexWriter) -> Bool = { _ in false }, _ tx: WriteTransaction
   ) throws -> [(old: [UInt8]?, new: [UInt8])] {
     let writers = space.writers
     guard !writers.isEmpty else { return [] }
@@ -687,6 +696,11 @@ where M.ID: Codable & Hashable & Sendable {
       var entries: [(old: [UInt8]?, new: [UInt8])] = []
       entries.reserveCapacity(writers.count)
       for i in writers {
+        // Unchanged: an equal pair, which no caller writes.
+        if unchanged(i) {
+          entries.append(([], []))
+          continue
+        }
         let new = try indexKey(i, p, id: k)
         let old = try oldIndexKey(i)
         if old != new { try checkUnique(i, new, key: k, model, tx) }
