@@ -587,32 +587,11 @@ private func fieldTest(_ field: RecordField, _ op: ByteOp, _ constant: ByteValue
   let onNull: Bool? = op == .equal ? false : op == .notEqual ? true : nil
   switch constant {
   case .int(let y):
-    switch op {
-    case .equal:
-      return { r in
-        switch field.read(r) {
-        case .int(let x): return x == y
-        case .null: return false
-        default: return nil
-        }
-      }
-    case .less:
-      return { r in
-        if case .int(let x) = field.read(r) { return x < y }
-        return nil
-      }
-    case .greaterOrEqual:
-      return { r in
-        if case .int(let x) = field.read(r) { return x >= y }
-        return nil
-      }
-    default:
-      return { r in
-        switch field.read(r) {
-        case .int(let x): return op.holds(x, y)
-        case .null: return onNull
-        default: return nil
-        }
+    return { r in
+      switch field.read(r) {
+      case .int(let x): return op.holds(x, y)
+      case .null: return onNull
+      default: return nil
       }
     }
   case .uint(let y):
