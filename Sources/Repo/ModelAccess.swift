@@ -616,9 +616,6 @@ where M.ID: Codable & Hashable & Sendable {
         try write(
           model, key: k, oldIndexKey: { try indexKey($0, o, id: k) },
           unchanged: { $0.sameKey?(UnsafeRawPointer(n), UnsafeRawPointer(o)) ?? false }, tx)
-      }
-      guard !space.texts.isEmpty else { return }
-      try withUnsafePointer(to: model) { n in
         for t in space.texts {
           try TextPostings.replace(
             old: t.trigrams(UnsafeRawPointer(o)), new: t.trigrams(UnsafeRawPointer(n)), key: k, keyspace: t.keyspace, tx
