@@ -148,6 +148,17 @@ final class LeafNode: @unchecked Sendable {
     Array(buffer[start..<start + count])
   }
 
+  /// Whether `key` sorts after every key of the leaf (true when it has
+  /// none): then ``find(_:)`` would answer (``count``, false), here with one
+  /// comparison.
+  func precedes(_ key: UnsafeRawBufferPointer) -> Bool {
+    guard let s = slots.last else { return true }
+    // Safe: slot bounds were checked when decoded or set when appended.
+    return buffer.withUnsafeBytes {
+      compareBytes($0.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) < 0
+    }
+  }
+
   /// The first index whose key is >= `key`, and whether it is equal.
   func find(_ key: [UInt8]) -> (index: Int, found: Bool) {
     key.withUnsafeBytes { k in find(k) }

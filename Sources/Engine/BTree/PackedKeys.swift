@@ -68,6 +68,16 @@ struct PackedKeys: Equatable {
     }
   }
 
+  /// Whether the last key is <= `key` (false when there are none): then
+  /// ``rank(of:inclusive:)`` with `inclusive` is ``count``, found with one
+  /// comparison. Keys that only grow (ids, times) land there.
+  func lastIsAtMost(_ key: UnsafeRawBufferPointer) -> Bool {
+    guard let end = ends.last else { return false }
+    let s = start(ends.count - 1)
+    // Safe: every end lies within bytes (built by append/insert, checked by decode).
+    return bytes.withUnsafeBytes { compareBytes($0.bytes(from: s, count: Int(end) - s), key) <= 0 }
+  }
+
   /// The number of keys <= `key` (with `inclusive`) or < `key`.
   @inline(__always)
   func rank(of key: UnsafeRawBufferPointer, inclusive: Bool) -> Int {

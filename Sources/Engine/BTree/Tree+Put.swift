@@ -45,8 +45,11 @@ extension TreeRoot {
   ) throws -> (node: Node, split: ([UInt8], Node)?, inserted: Bool, changed: Bool) {
     switch node {
     case .leaf(let leaf):
-      // Found in the leaf as it is: a writable copy has the same keys.
-      let (i, found) = leaf.find(key)
+      // Found in the leaf as it is: a writable copy has the same keys. At
+      // the right edge of the tree, a key after all others (ids that only
+      // grow) is placed with one comparison.
+      let (i, found) =
+        rightmost && key.withUnsafeBytes({ leaf.precedes($0) }) ? (leaf.count, false) : leaf.find(key)
       if found && ifAbsent { return (node, nil, false, false) }
       let w = ctx.writable(leaf)
       if found { w.setValue(value, at: i) } else { w.insert(key, value, at: i) }
@@ -59,7 +62,9 @@ extension TreeRoot {
       return (.leaf(w), nil, !found, true)
 
     case .branch(let branch):
-      let i = branch.childIndex(for: key)
+      let i =
+        rightmost && key.withUnsafeBytes({ branch.keys.lastIsAtMost($0) })
+        ? branch.childCount - 1 : branch.childIndex(for: key)
       let child = try ctx.resolve(branch.children[i], level: branch.level - 1)
       let last = rightmost && i == branch.childCount - 1
       let result = try put(key, value, into: child, rightmost: last, ifAbsent: ifAbsent, ctx)
