@@ -280,11 +280,87 @@ struct StoredPart {
   }
 }
 
+/// The key of an index whose parts are all stored numbers, dates, Bools or
+/// UUIDs: each has a fixed width, so the key is written in place on the
+/// stack and copied out once, with no encoder object and no growing array.
+/// The bytes are `KeyEncoder`'s (FORMAT.md §9.2).
+struct FixedWidthKey {
+  private enum Kind { case int, date, double, bool, uuid }
+  private let parts: [(kind: Kind, offset: Int)]
+  /// Bytes of the parts' encodings, without the record key.
+  private let width: Int
+  /// The longest key built on the stack; longer ones go through `KeyEncoder`.
+  private static let capacity = 64
+
+  /// Nil when a part has no fixed width (a string).
+  init?(_ stored: [StoredPart]) {
+    var parts: [(kind: Kind, offset: Int)] = []
+    var width = 0
+    for part in stored {
+      let kind: Kind
+      switch part.kind {
+      case .int: (kind, width) = (.int, width + 9)
+      case .date: (kind, width) = (.date, width + 9)
+      case .double: (kind, width) = (.double, width + 9)
+      case .bool: (kind, width) = (.bool, width + 2)
+      case .uuid: (kind, width) = (.uuid, width + 17)
+      case .string: return nil
+      }
+      parts.append((kind, part.offset))
+    }
+    self.parts = parts
+    self.width = width
+  }
+
+  /// The key of the model at `model`, then `suffix`; nil if it is too long
+  /// for the stack.
+  @inline(__always)
+  func key(_ model: UnsafeRawPointer, suffix: [UInt8]?) -> [UInt8]? {
+    let total = width + (suffix?.count ?? 0)
+    guard total <= Self.capacity else { return nil }
+    var stack: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    return withUnsafeMutableBytes(of: &stack) { raw in
+      var o = 0
+      for (kind, offset) in parts {
+        raw[o] = 1
+        switch kind {
+        case .int:
+          let v = KeyEncoding.orderedInt(Int64(model.load(fromByteOffset: offset, as: Int.self)))
+          raw.storeBytes(of: v.bigEndian, toByteOffset: o + 1, as: UInt64.self)
+          o += 9
+        case .date:
+          let d = model.load(fromByteOffset: offset, as: Date.self).timeIntervalSinceReferenceDate
+          raw.storeBytes(of: KeyEncoding.orderedDouble(d).bigEndian, toByteOffset: o + 1, as: UInt64.self)
+          o += 9
+        case .double:
+          let d = model.load(fromByteOffset: offset, as: Double.self)
+          raw.storeBytes(of: KeyEncoding.orderedDouble(d).bigEndian, toByteOffset: o + 1, as: UInt64.self)
+          o += 9
+        case .bool:
+          raw[o + 1] = model.load(fromByteOffset: offset, as: Bool.self) ? 1 : 0
+          o += 2
+        case .uuid:
+          // Safe: o + 17 <= width <= capacity, checked above.
+          (raw.baseAddress! + o + 1).copyMemory(from: model + offset, byteCount: 16)
+          o += 17
+        }
+      }
+      if let suffix {
+        suffix.withUnsafeBytes { s in
+          if let base = s.baseAddress { (raw.baseAddress! + o).copyMemory(from: base, byteCount: s.count) }
+        }
+      }
+      return [UInt8](UnsafeRawBufferPointer(rebasing: raw[0..<total]))
+    }
+  }
+}
+
 /// An index as the write path uses it. Nothing in it names the model type:
 /// Repo runs unspecialized over the app's models, and a loop over an array
 /// whose element type depends on the model looks up that type's generic
-/// metadata (about 340 instructions) on every write.
-struct IndexWriter {
+/// metadata (about 340 instructions) on every write. A class: handing one
+/// out is one retain, where copying its fields was five.
+final class IndexWriter {
   /// Keyspace of the index's entries.
   let keyspace: String
   let name: String
@@ -309,7 +385,9 @@ struct IndexWriter {
     // Safe: writers are called with a pointer to an M (ModelAccess.indexEntries).
     // The value and the record key go into one array, as read: no copy of
     // the model, no second array.
+    let fixed = parts.flatMap(FixedWidthKey.init)
     self.key = { model, id in
+      if let fixed, let key = fixed.key(model, suffix: unique ? nil : id) { return key }
       let e = KeyEncoder()
       if let parts {
         for part in parts { part.write(model, e) }

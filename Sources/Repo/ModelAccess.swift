@@ -57,13 +57,18 @@ where M.ID: Codable & Hashable & Sendable {
   }
 
   func encode(_ model: M) throws -> [UInt8] {
+    try withUnsafePointer(to: model) { try encode(at: $0) }
+  }
+
+  /// The record of the model `model` points to.
+  func encode(at model: UnsafePointer<M>) throws -> [UInt8] {
     if let layout, layout.writeOrder != nil {
-      return withUnsafePointer(to: model) { RecordEncoder.encode(layout: layout, UnsafeRawPointer($0)) }
+      return RecordEncoder.encode(layout: layout, UnsafeRawPointer(model))
     }
     do {
-      return try RecordEncoder.encode(model)
+      return try RecordEncoder.encode(model.pointee)
     } catch {
-      throw RepoError(.encoding, "\(error)", model: space.name, id: "\(model.id)")
+      throw RepoError(.encoding, "\(error)", model: space.name, id: "\(model.pointee.id)")
     }
   }
 
@@ -525,14 +530,16 @@ where M.ID: Codable & Hashable & Sendable {
   /// unspecialized, and a `for`-`in` over a collection of `M` steps a
   /// generic iterator through witness tables (about 5% of an insert).
   func insert(contentsOf models: ArraySlice<M>, _ tx: WriteTransaction) throws {
+    // Each model is read where it lies in the array: no copy of it.
     try models.withUnsafeBufferPointer { models in
+      guard let first = models.baseAddress else { return }
       guard !space.texts.isEmpty else {
-        for i in models.indices { try insert(models[i], tx) }
+        for i in 0..<models.count { try insert(at: first + i, tx) }
         return
       }
       let buffer = TextPostingBuffer()
       do {
-        for i in models.indices { try insert(models[i], tx, postings: buffer) }
+        for i in 0..<models.count { try insert(at: first + i, tx, postings: buffer) }
       } catch {
         try buffer.flush(tx)
         throw error
@@ -541,41 +548,51 @@ where M.ID: Codable & Hashable & Sendable {
     }
   }
 
-  func insert(_ model: M, _ tx: WriteTransaction, postings: TextPostingBuffer? = nil) throws {
-    if space.hasRelationships { try checkReferences(model, tx) }
-    let k = try key(model.id)
+  func insert(_ model: M, _ tx: WriteTransaction) throws {
+    try withUnsafePointer(to: model) { try insert(at: $0, tx) }
+  }
+
+  /// Stores the new model `p` points to, with its index entries.
+  /// `postings`: where text-index postings wait to be written in bulk; nil
+  /// writes them now.
+  private func insert(at p: UnsafePointer<M>, _ tx: WriteTransaction, postings: TextPostingBuffer? = nil) throws {
+    if space.hasRelationships { try checkReferences(p.pointee, tx) }
+    let k = try key(p.pointee.id)
+    let writers = space.writers
     if space.hasUniqueIndex {
-      let entries = try indexEntries(of: model, key: k, oldIndexKey: { _ in nil }, tx)
-      try insertRecord(model, key: k, tx)
-      for (i, entry) in zip(space.writers, entries) { try tx.put(entry.new, k, in: i.keyspace) }
+      let entries = try indexEntries(of: p, key: k, oldIndexKey: { _ in nil }, tx)
+      try insertRecord(p, key: k, tx)
+      for j in entries.indices { try tx.put(entries[j].new, k, in: writers[j].keyspace) }
+    } else if writers.count == 1 {
+      // One index (the common case): its key, without a list of keys.
+      let entry = try indexKey(writers[0], p, id: k)
+      try insertRecord(p, key: k, tx)
+      try tx.put(entry, k, in: writers[0].keyspace)
     } else {
       // No entry can be refused by another record: the keys alone, made
       // before anything is written (making one may throw), as a plain list
       // rather than `indexEntries`' pairs, whose tuple type this
       // unspecialized code would look up per call.
       var entries: [[UInt8]] = []
-      entries.reserveCapacity(space.writers.count)
-      try withUnsafePointer(to: model) { p in
-        for i in space.writers { entries.append(try indexKey(i, p, id: k)) }
-      }
-      try insertRecord(model, key: k, tx)
-      for (i, entry) in zip(space.writers, entries) { try tx.put(entry, k, in: i.keyspace) }
+      entries.reserveCapacity(writers.count)
+      for i in writers { entries.append(try indexKey(i, p, id: k)) }
+      try insertRecord(p, key: k, tx)
+      for j in entries.indices { try tx.put(entries[j], k, in: writers[j].keyspace) }
     }
     guard !space.texts.isEmpty else { return }
     if let postings {
-      try withUnsafePointer(to: model) { p in
-        for t in space.texts { try postings.add(UnsafeRawPointer(p), of: t, key: k, tx) }
-      }
+      for t in space.texts { try postings.add(UnsafeRawPointer(p), of: t, key: k, tx) }
     } else {
-      try addTextEntries(of: model, key: k, tx)
+      try addTextEntries(of: p, key: k, tx)
     }
   }
 
   /// Stores the record of a new model, if its id is free: the duplicate
   /// check and the write are one descent of the tree.
-  private func insertRecord(_ model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
-    guard try tx.insert(k, try encode(model), in: space.records) else {
-      throw RepoError(.duplicateID, "a record with this id already exists", model: space.name, id: "\(model.id)")
+  private func insertRecord(_ model: UnsafePointer<M>, key k: [UInt8], _ tx: WriteTransaction) throws {
+    guard try tx.insert(k, try encode(at: model), in: space.records) else {
+      throw RepoError(
+        .duplicateID, "a record with this id already exists", model: space.name, id: "\(model.pointee.id)")
     }
   }
 
@@ -627,10 +644,13 @@ where M.ID: Codable & Hashable & Sendable {
 
   /// Adds the record `model` (key `k`) to every text index.
   private func addTextEntries(of model: M, key k: [UInt8], _ tx: WriteTransaction) throws {
-    try withUnsafePointer(to: model) { p in
-      for t in space.texts {
-        try TextPostings.apply(t.trigrams(UnsafeRawPointer(p)), key: k, adding: true, keyspace: t.keyspace, tx)
-      }
+    try withUnsafePointer(to: model) { try addTextEntries(of: $0, key: k, tx) }
+  }
+
+  /// Adds the record `model` points to (key `k`) to every text index.
+  private func addTextEntries(of model: UnsafePointer<M>, key k: [UInt8], _ tx: WriteTransaction) throws {
+    for t in space.texts {
+      try TextPostings.apply(t.trigrams(UnsafeRawPointer(model)), key: k, adding: true, keyspace: t.keyspace, tx)
     }
   }
 
@@ -687,24 +707,32 @@ where M.ID: Codable & Hashable & Sendable {
     of model: M, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?,
     unchanged: (IndexWriter) -> Bool = { _ in false }, _ tx: WriteTransaction
   ) throws -> [(old: [UInt8]?, new: [UInt8])] {
+    try withUnsafePointer(to: model) {
+      try indexEntries(of: $0, key: k, oldIndexKey: oldIndexKey, unchanged: unchanged, tx)
+    }
+  }
+
+  /// ``indexEntries(of:key:oldIndexKey:unchanged:_:)`` of the model `p` points to.
+  private func indexEntries(
+    of p: UnsafePointer<M>, key k: [UInt8], oldIndexKey: (IndexWriter) throws -> [UInt8]?,
+    unchanged: (IndexWriter) -> Bool = { _ in false }, _ tx: WriteTransaction
+  ) throws -> [(old: [UInt8]?, new: [UInt8])] {
     let writers = space.writers
     guard !writers.isEmpty else { return [] }
-    return try withUnsafePointer(to: model) { p in
-      var entries: [(old: [UInt8]?, new: [UInt8])] = []
-      entries.reserveCapacity(writers.count)
-      for i in writers {
-        // Unchanged: an equal pair, which no caller writes.
-        if unchanged(i) {
-          entries.append(([], []))
-          continue
-        }
-        let new = try indexKey(i, p, id: k)
-        let old = try oldIndexKey(i)
-        if old != new { try checkUnique(i, new, key: k, model, tx) }
-        entries.append((old, new))
+    var entries: [(old: [UInt8]?, new: [UInt8])] = []
+    entries.reserveCapacity(writers.count)
+    for i in writers {
+      // Unchanged: an equal pair, which no caller writes.
+      if unchanged(i) {
+        entries.append(([], []))
+        continue
       }
-      return entries
+      let new = try indexKey(i, p, id: k)
+      let old = try oldIndexKey(i)
+      if old != new { try checkUnique(i, new, key: k, p.pointee, tx) }
+      entries.append((old, new))
     }
+    return entries
   }
 
   /// The key in index `i` of the model `model` points to.

@@ -209,24 +209,31 @@ import Testing
 
     // The write path reads indexes of stored primitives as `StoredPart`s,
     // without the closures; its entries are the value then the record key.
-    func entry(_ index: Index<Wide>) throws -> [UInt8] {
+    // Keys of numbers, dates, Bools and UUIDs only are built on the stack
+    // when they fit (64 bytes with the record key), through the encoder
+    // when not: the same bytes either way.
+    func entry(_ index: Index<Wide>, recordKey: [UInt8] = [9, 9]) throws -> [UInt8] {
       let writer = IndexWriter(keyspace: "k", index: index)
-      return try withUnsafePointer(to: w) { try writer.key(UnsafeRawPointer($0), [9, 9]) }
+      return try withUnsafePointer(to: w) { try writer.key(UnsafeRawPointer($0), recordKey) }
     }
     let stored: [Index<Wide>] = [
       .index(\.flag), .index(\.n), .index(\.name), .index(\.x), .index(\.id), .index(\.at), .index(\.inner.when),
-      .index(\.n, \.name, \.inner.when),
+      .index(\.n, \.name, \.inner.when), .index(\.n, \.at), .index(\.flag, \.x, \.id), .index(\.id, \.at, \.flag),
     ]
+    let longKey = [UInt8](repeating: 7, count: 40)
     for index in stored {
       #expect(index.storedParts != nil, "\(index.name)")
       #expect(try entry(index) == index.encode(w) + [9, 9], "\(index.name)")
+      #expect(try entry(index, recordKey: longKey) == index.encode(w) + longKey, "\(index.name)")
+      #expect(try entry(index, recordKey: []) == index.encode(w), "\(index.name)")
     }
     for index: Index<Wide> in [.index(\.maybe), .index(\.small), .index(\.upper), .index(\.n, \.upper)] {
       #expect(index.storedParts == nil, "\(index.name)")
       #expect(try entry(index) == index.encode(w) + [9, 9], "\(index.name)")
     }
-    let unique = Index<Wide>.unique(\.name)
-    #expect(try entry(unique) == unique.encode(w))
+    for unique: Index<Wide> in [.unique(\.name), .unique(\.n), .index(\.x, \.id, unique: true)] {
+      #expect(try entry(unique) == unique.encode(w), "\(unique.name)")
+    }
   }
 
   @Test func integersOrder() throws {
