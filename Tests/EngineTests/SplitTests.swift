@@ -69,6 +69,55 @@ import Testing
     #expect(try contents(db.snapshot(), Self.keyspace).count == 2 * n)
     try db.close()
   }
+
+  /// A put of a key already in the leaf the previous put stored into
+  /// changes that leaf in place. Deletes that merge it into a neighbour
+  /// take it out of the tree; a later put must not write into it.
+  @Test func replacingInThePreviousLeafAfterMergesKeepsEveryValue() throws {
+    let db = try Database.open(at: "/split", options: memoryOptions(MemoryFileSystem()))
+    let n = Self.perLeaf * 12
+    var expected: [[UInt8]: [UInt8]] = [:]
+    try db.write { tx in
+      for i in 0..<n {
+        try tx.put(Self.key16(i), Self.value(i), in: Self.keyspace)
+        expected[Self.key16(i)] = Self.value(i)
+      }
+    }
+    try db.checkpoint()
+    var rng = SplitMix64(seed: testSeed())
+    try db.write { tx in
+      for round in 0..<40 {
+        // Replace a few neighbours (the second and third in place), then
+        // delete around them, one key or a range, so leaves merge, then
+        // replace keys of the same stretch again.
+        let at = Int(rng.next() % UInt64(n - 8))
+        for i in at..<(at + 3) {
+          let v = Self.value(i + round * 7)
+          try tx.put(Self.key16(i), v, in: Self.keyspace)
+          expected[Self.key16(i)] = v
+        }
+        if round % 2 == 0 {
+          let lo = max(0, at - Self.perLeaf)
+          try tx.deleteRange(KeyRange(from: Self.key16(lo), to: Self.key16(at)), in: Self.keyspace)
+          for i in lo..<at { expected[Self.key16(i)] = nil }
+        } else {
+          for i in max(0, at - 6)..<at where expected[Self.key16(i)] != nil {
+            try tx.delete(Self.key16(i), in: Self.keyspace)
+            expected[Self.key16(i)] = nil
+          }
+        }
+        for i in at..<(at + 3) {
+          let v = Self.value(i + round * 11 + 1)
+          try tx.put(Self.key16(i), v, in: Self.keyspace)
+          expected[Self.key16(i)] = v
+        }
+        #expect(try contents(tx, Self.keyspace) == expected, "round \(round)")
+      }
+    }
+    try db.checkpoint()
+    #expect(try contents(db.snapshot(), Self.keyspace) == expected)
+    try db.close()
+  }
 }
 
 extension Array {

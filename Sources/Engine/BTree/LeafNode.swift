@@ -337,6 +337,17 @@ final class LeafNode: @unchecked Sendable {
     encodedSize += slot.encodedSize
   }
 
+  /// The encoded size the leaf would have with `value` as entry `i`'s.
+  func encodedSize(replacing i: Int, with value: LeafValue) -> Int {
+    let s = slots[i]
+    let valueBytes: Int
+    switch value {
+    case .inline(let bytes): valueBytes = bytes.count
+    case .pending, .large: valueBytes = LeafLayout.largeRefSize
+    }
+    return encodedSize - s.encodedSize + LeafLayout.entrySize + Int(s.keyLength) + valueBytes
+  }
+
   func setValue(_ value: LeafValue, at i: Int) {
     var s = slots[i]
     encodedSize -= s.encodedSize

@@ -10,6 +10,7 @@ extension TreeRoot {
   /// Removes `key`. Returns true if it was present.
   @discardableResult
   mutating func delete(_ key: [UInt8], _ ctx: TreeContext) throws -> Bool {
+    lastLeaf = nil
     guard let root else { return false }
     let node = try ctx.resolve(root, level: height - 1)
     guard let result = try Self.delete(key, from: node, ctx) else { return false }
@@ -23,6 +24,7 @@ extension TreeRoot {
   /// Returns how many keys were removed.
   @discardableResult
   mutating func deleteRange(from start: [UInt8]?, to end: [UInt8]?, _ ctx: TreeContext) throws -> UInt64 {
+    lastLeaf = nil
     guard let root else { return 0 }
     if let start, let end, compareBytes(start, end) >= 0 { return 0 }
     if start == nil && end == nil {

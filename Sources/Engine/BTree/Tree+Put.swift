@@ -15,8 +15,19 @@ extension TreeRoot {
       height = 1
       return true
     }
+    if let leaf = lastLeaf, leaf.owner == ctx.owner {
+      let (i, found) = leaf.find(key)
+      if found {
+        if ifAbsent { return false }
+        // Replacing a value changes no count and no separator above.
+        if leaf.encodedSize(replacing: i, with: value) <= ctx.nodeSize {
+          leaf.setValue(value, at: i)
+          return false
+        }
+      }
+    }
     let node = try ctx.resolve(root, level: height - 1)
-    let result = try Self.put(key, value, into: node, rightmost: true, ifAbsent: ifAbsent, ctx)
+    let result = try Self.put(key, value, into: node, rightmost: true, ifAbsent: ifAbsent, ctx, landed: &lastLeaf)
     guard result.changed else { return false }
     if let (separator, right) = result.split {
       let branch = BranchNode(
@@ -41,7 +52,8 @@ extension TreeRoot {
   /// keys that follow. Halves would leave every node of a sorted load half
   /// empty: twice the nodes to split, write and read.
   private static func put(
-    _ key: [UInt8], _ value: LeafValue, into node: Node, rightmost: Bool, ifAbsent: Bool, _ ctx: TreeContext
+    _ key: [UInt8], _ value: LeafValue, into node: Node, rightmost: Bool, ifAbsent: Bool, _ ctx: TreeContext,
+    landed: inout LeafNode?
   ) throws -> (node: Node, split: ([UInt8], Node)?, inserted: Bool, changed: Bool) {
     switch node {
     case .leaf(let leaf):
@@ -57,8 +69,10 @@ extension TreeRoot {
         let appended = rightmost && !found && i == w.count - 1
         let right = w.splitOff(from: appended ? i : w.splitIndex(), owner: ctx.owner)
         let separator = shortestSeparator(after: w.key(at: w.count - 1), upTo: right.key(at: 0))
+        landed = i < w.count ? w : right
         return (.leaf(w), (separator, .leaf(right)), !found, true)
       }
+      landed = w
       return (.leaf(w), nil, !found, true)
 
     case .branch(let branch):
@@ -67,7 +81,7 @@ extension TreeRoot {
         ? branch.childCount - 1 : branch.childIndex(for: key)
       let child = try ctx.resolve(branch.children[i], level: branch.level - 1)
       let last = rightmost && i == branch.childCount - 1
-      let result = try put(key, value, into: child, rightmost: last, ifAbsent: ifAbsent, ctx)
+      let result = try put(key, value, into: child, rightmost: last, ifAbsent: ifAbsent, ctx, landed: &landed)
       guard result.changed else { return (node, nil, false, false) }
       let w = ctx.writable(branch)
       if let (separator, right) = result.split {

@@ -14,6 +14,13 @@ struct TreeRoot: @unchecked Sendable {
   var count: UInt64
   /// Levels: 0 when empty, 1 when the root is a leaf.
   var height: Int
+  /// The leaf the last put stored into, for the next put of a key already
+  /// in it (a batch update walks records in key order, several to a leaf):
+  /// while it belongs to the running writer and the value fits, that put
+  /// changes it in place without a descent. A put never takes a leaf out
+  /// of the tree (a split keeps it as the left half); deletes may, so they
+  /// forget it. Readers never use it.
+  var lastLeaf: LeafNode?
 
   init(root: NodeRef?, count: UInt64, height: Int) {
     self.root = root
