@@ -52,6 +52,25 @@ extension RecordField {
     return value(at: offset, record)
   }
 
+  /// ``read(_:)`` of an integer field at the record's top (`lo...hi` its
+  /// type's range), found where it was last found: the shape of most
+  /// unindexed filters, read without the general path's switch on the
+  /// field's kind. Anything else goes the general way.
+  @inline(__always)
+  func readTopInt(_ record: UnsafeRawBufferPointer, _ lo: Int64, _ hi: Int64) -> ByteValue {
+    if record.count > 1, isRecordFormat(record[0]),
+      let found = Self.entry(position[0], named: position.name(0), in: record, container: 1),
+      found + 1 < record.count, record[found] == RecordTag.int.rawValue
+    {
+      var o = found + 1
+      if let z = RecordBytes(record).varint(at: &o) {
+        let v = RecordBytes.unzigzag(z)
+        if v >= lo && v <= hi { return .int(v) }
+      }
+    }
+    return read(record)
+  }
+
   /// The value offset of field `name` in the keyed container at `offset`,
   /// found by comparing every entry's name; -1 if it has no such field; nil
   /// if the bytes are not a keyed container or are damaged. Where it was
@@ -587,6 +606,15 @@ private func fieldTest(_ field: RecordField, _ op: ByteOp, _ constant: ByteValue
   let onNull: Bool? = op == .equal ? false : op == .notEqual ? true : nil
   switch constant {
   case .int(let y):
+    if case .int(let lo, let hi) = field.kind, field.position.depth == 1 {
+      return { r in
+        switch field.readTopInt(r, lo, hi) {
+        case .int(let x): return op.holds(x, y)
+        case .null: return onNull
+        default: return nil
+        }
+      }
+    }
     return { r in
       switch field.read(r) {
       case .int(let x): return op.holds(x, y)
