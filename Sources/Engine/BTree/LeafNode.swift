@@ -159,6 +159,17 @@ final class LeafNode: @unchecked Sendable {
     }
   }
 
+  /// Whether `key` lies between the leaf's first and last keys, both
+  /// included: only then can ``find(_:)`` find it.
+  func spans(_ key: UnsafeRawBufferPointer) -> Bool {
+    guard let first = slots.first, let last = slots.last else { return false }
+    // Safe: slot bounds were checked when decoded or set when appended.
+    return buffer.withUnsafeBytes { raw in
+      compareBytes(raw.bytes(from: Int(last.keyStart), count: Int(last.keyLength)), key) >= 0
+        && compareBytes(raw.bytes(from: Int(first.keyStart), count: Int(first.keyLength)), key) <= 0
+    }
+  }
+
   /// The first index whose key is >= `key`, and whether it is equal.
   func find(_ key: [UInt8]) -> (index: Int, found: Bool) {
     key.withUnsafeBytes { k in find(k) }

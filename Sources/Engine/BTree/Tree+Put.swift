@@ -15,15 +15,15 @@ extension TreeRoot {
       height = 1
       return true
     }
-    if let leaf = lastLeaf, leaf.owner == ctx.owner {
+    // Only a replacing put can gain, and only for a key within the leaf's
+    // first and last: new keys (an insert, an append) pay two comparisons
+    // at most, not a search.
+    if !ifAbsent, let leaf = lastLeaf, leaf.owner == ctx.owner, key.withUnsafeBytes({ leaf.spans($0) }) {
       let (i, found) = leaf.find(key)
-      if found {
-        if ifAbsent { return false }
-        // Replacing a value changes no count and no separator above.
-        if leaf.encodedSize(replacing: i, with: value) <= ctx.nodeSize {
-          leaf.setValue(value, at: i)
-          return false
-        }
+      // Replacing a value changes no count and no separator above.
+      if found && leaf.encodedSize(replacing: i, with: value) <= ctx.nodeSize {
+        leaf.setValue(value, at: i)
+        return false
       }
     }
     let node = try ctx.resolve(root, level: height - 1)
