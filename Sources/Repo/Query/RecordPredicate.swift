@@ -60,15 +60,23 @@ extension RecordField {
   func readTopInt(_ record: UnsafeRawBufferPointer, _ lo: Int64, _ hi: Int64) -> ByteValue {
     if record.count > 1, isRecordFormat(record[0]),
       let found = Self.entry(position[0], named: position.name(0), in: record, container: 1),
-      found + 1 < record.count, record[found] == RecordTag.int.rawValue
+      found + 1 < record.count, record[found] == RecordTag.int.rawValue,
+      let v = Self.varint(after: found, record, lo, hi)
     {
-      var o = found + 1
-      if let z = RecordBytes(record).varint(at: &o) {
-        let v = RecordBytes.unzigzag(z)
-        if v >= lo && v <= hi { return .int(v) }
-      }
+      return .int(v)
     }
     return read(record)
+  }
+
+  /// The integer of the int-tagged value at `offset`, read in place without
+  /// the throwing path `int64` takes; nil if it does not read or lies
+  /// outside `lo...hi`.
+  @inline(__always)
+  static func varint(after offset: Int, _ record: UnsafeRawBufferPointer, _ lo: Int64, _ hi: Int64) -> Int64? {
+    var o = offset + 1
+    guard let z = RecordBytes(record).varint(at: &o) else { return nil }
+    let v = RecordBytes.unzigzag(z)
+    return v >= lo && v <= hi ? v : nil
   }
 
   /// The value offset of field `name` in the keyed container at `offset`,
@@ -177,11 +185,7 @@ extension RecordField {
     switch kind {
     case .int(let lo, let hi):
       if tag == RecordTag.int.rawValue {
-        // Read in place, without the throwing path `int64` takes.
-        var o = offset + 1
-        guard let z = r.varint(at: &o) else { return .undecided }
-        let v = RecordBytes.unzigzag(z)
-        return v >= lo && v <= hi ? .int(v) : .undecided
+        return Self.varint(after: offset, record, lo, hi).map(ByteValue.int) ?? .undecided
       }
       guard let v = try? r.int64(at: offset, []), v >= lo, v <= hi else { return .undecided }
       return .int(v)
