@@ -397,7 +397,7 @@ import Testing
           #expect(found == (want != nil) && got == want, "\(name) \(i)")
           // Left before the first entry >= the key (when it is in range).
           if inRange {
-            let next = try snap.entries(in: "ks", range: KeyRange(from: key(i), to: range.upper)).first
+            let next = try snap.cursor(in: "ks", range: KeyRange(from: key(i), to: range.upper)).next()
             #expect(try c.next()?.key == next?.key, "\(name) \(i): position")
           }
         }

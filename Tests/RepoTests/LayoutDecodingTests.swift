@@ -273,7 +273,8 @@ struct SkipsEmpty: Codable, Sendable, Equatable {
     }
     let seed = testSeed()
     var rng = SplitMix64(seed: seed)
-    for round in 0..<2_000 {
+    // Single-threaded: under TSan a fifth of the rounds (it has no races to find).
+    for round in 0..<(runningUnderTSan ? 400 : 2_000) {
       let (viaEncode, viaLayout) = try both(AllKinds.random(&rng))
       #expect(viaEncode == viaLayout, "seed \(seed) round \(round)")
     }
@@ -295,7 +296,8 @@ struct SkipsEmpty: Codable, Sendable, Equatable {
     var rng = SplitMix64(seed: seed)
     var filledCount = 0
     var rejected = 0
-    for round in 0..<3_000 {
+    let rounds = runningUnderTSan ? 600 : 3_000  // single-threaded: TSan has no races to find
+    for round in 0..<rounds {
       let model = AllKinds.random(&rng)
       var bytes = try RecordEncoder.encode(model)
       if round % 3 != 0 {
@@ -325,7 +327,7 @@ struct SkipsEmpty: Codable, Sendable, Equatable {
         #expect(viaLayout == nil, "seed \(seed) round \(round): filled a record init(from:) rejects")
       }
     }
-    #expect(filledCount >= 1_000 && rejected > 100, "seed \(seed): \(filledCount) filled, \(rejected) rejected")
+    #expect(filledCount >= rounds / 3 && rejected > rounds / 30, "seed \(seed): \(filledCount) filled, \(rejected) rejected")
   }
 
   @Test func recordsOfAnotherShapeGetInitFromsAnswer() throws {
