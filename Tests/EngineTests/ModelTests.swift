@@ -107,7 +107,8 @@ import Testing
   @Test(arguments: configurations)
   func randomOperationsMatchADictionary(_ configuration: Configuration) throws {
     let seed = testSeed()
-    let scale = Double(ProcessInfo.processInfo.environment["CAIRN_MODEL_OPS"] ?? "") ?? (runningUnderTSan ? 20_000 : 100_000)
+    let scale =
+      Double(ProcessInfo.processInfo.environment["CAIRN_MODEL_OPS"] ?? "") ?? (runningUnderTSan ? 20_000 : 100_000)
     let ops = Int(Double(configuration.operations) * scale / 100_000)
     var rng = SplitMix64(seed: seed)
     let fs = MemoryFileSystem()

@@ -327,7 +327,8 @@ struct SkipsEmpty: Codable, Sendable, Equatable {
         #expect(viaLayout == nil, "seed \(seed) round \(round): filled a record init(from:) rejects")
       }
     }
-    #expect(filledCount >= rounds / 3 && rejected > rounds / 30, "seed \(seed): \(filledCount) filled, \(rejected) rejected")
+    #expect(
+      filledCount >= rounds / 3 && rejected > rounds / 30, "seed \(seed): \(filledCount) filled, \(rejected) rejected")
   }
 
   @Test func recordsOfAnotherShapeGetInitFromsAnswer() throws {
