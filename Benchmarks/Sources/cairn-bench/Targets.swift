@@ -114,6 +114,18 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
   if let decode = rowPrefix("12", "decode") {
     check("record decoding: ≥5× JSONDecoder", decode.ratio("json"), { $0 >= 5 }, formatRatio)
   }
+
+  // The typed layer at SQLite's speed (issue 14): workload 11, each row's
+  // ratio to SQLite against its floor.
+  let typed: [(prefix: String, floor: Double)] = [
+    ("10 fetches: unindexed predicate", 1.0), ("6 searches", 1.0), ("1K fetches: indexed predicate, sort", 1.0),
+    ("get by id", 1.5), ("insert 100K models", 0.8), ("update by predicate", 1.0), ("batch delete by predicate", 1.5),
+    ("1K counts", 3.0),
+  ]
+  for (prefix, floor) in typed {
+    guard let r = rowPrefix("11", prefix) else { continue }
+    check("\(r.row): ≥\(String(format: "%g", floor))× SQLite", r.ratio("sqlite"), { $0 >= floor }, formatRatio)
+  }
   return out
 }
 
