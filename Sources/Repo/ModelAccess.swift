@@ -286,6 +286,7 @@ where M.ID: Codable & Hashable & Sendable {
       // In key order, neighbours often share a leaf: the cursor finds them
       // there without a descent.
       let records = try reader.cursor(in: space.records, range: .all)
+      records.keepsScannedLeaves = true
       for k in keys {
         var more = true
         let exists = try k.withUnsafeBytes { key in
@@ -304,6 +305,7 @@ where M.ID: Codable & Hashable & Sendable {
       // starts from the branches the last one passed through (the root at
       // least), not from the keyspace's name.
       let records = try reader.cursor(in: space.records, range: .all)
+      records.keepsScannedLeaves = true
       // The index entry's key and value (its record's key) are lent by the
       // cursor while the record is looked up and visited: nothing copied.
       func entry(_ indexKey: UnsafeRawBufferPointer, _ id: UnsafeRawBufferPointer) throws -> Bool {

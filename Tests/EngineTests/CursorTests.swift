@@ -88,6 +88,68 @@ import Testing
     try db.close()
   }
 
+  @Test func aLongSeriesOfLookupsThroughOneCursorIsScanResistant() throws {
+    let fs = MemoryFileSystem()
+    let n = 20_000
+    var db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+    try db.write { tx in
+      for i in 0..<n { try tx.put(key(i), b("value \(i) padded to a realistic length"), in: "ks") }
+    }
+    try db.close()
+    // Every third key, ascending, through one cursor: every leaf read.
+    func lookUpAll(_ db: Database, keep: Bool) throws {
+      let c = try db.snapshot().cursor(in: "ks")
+      c.keepsScannedLeaves = keep
+      var found = 0
+      for i in stride(from: 0, to: n, by: 3) {
+        let hit = try key(i).withUnsafeBytes { k in try c.visitValue(forKey: k) { #expect($0.count > 10) } }
+        if hit { found += 1 }
+      }
+      #expect(found == (n + 2) / 3)
+    }
+    func size(keeping keep: Bool) throws -> Int {
+      db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+      try lookUpAll(db, keep: keep)
+      defer { try? db.close() }
+      return db.statistics.cacheBytes
+    }
+    // Not kept: past its first leaves the series adds nothing, and reads
+    // them again the next time.
+    let resistant = try size(keeping: false)
+    let whole = try size(keeping: true)
+    #expect(whole > resistant * 4, "kept lookups should fill the free room: \(whole) vs \(resistant)")
+    db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+    try lookUpAll(db, keep: false)
+    var misses = db.statistics.nodeCacheMisses
+    try lookUpAll(db, keep: false)
+    #expect(db.statistics.nodeCacheMisses > misses + 100)
+    try db.close()
+
+    // A cache a quarter of the tree's size, holding a working set: kept
+    // lookups take the free room and evict none of it.
+    var small = memoryOptions(fs, nodeSize: 1024)
+    small.cacheSize = whole / 4
+    db = try Database.open(at: "/s", options: small)
+    let workingSet = stride(from: n / 2, to: n / 2 + n / 20, by: 7)
+    for i in workingSet { _ = try db.snapshot().get(key(i), in: "ks") }
+    let withWorkingSet = db.statistics.cacheBytes
+    try lookUpAll(db, keep: true)
+    #expect(db.statistics.cacheBytes > withWorkingSet, "the lookups should use the free room")
+    #expect(db.statistics.cacheBytes <= small.cacheSize)
+    misses = db.statistics.nodeCacheMisses
+    for i in workingSet { _ = try db.snapshot().get(key(i), in: "ks") }
+    #expect(db.statistics.nodeCacheMisses == misses, "the lookups evicted part of the working set")
+
+    // A few lookups enter the cache as point reads do, evicting if need be.
+    let c = try db.snapshot().cursor(in: "ks")
+    let few = stride(from: n - 1_000, to: n, by: 100)
+    for i in few { _ = try key(i).withUnsafeBytes { k in try c.visitValue(forKey: k) { _ in } } }
+    misses = db.statistics.nodeCacheMisses
+    for i in few { _ = try db.snapshot().get(key(i), in: "ks") }
+    #expect(db.statistics.nodeCacheMisses == misses, "a short series of lookups should fill the cache")
+    try db.close()
+  }
+
   @Test func walksForwardAndBackward() throws {
     let db = try Self.database()
     let c = try db.snapshot().cursor(in: "ks")

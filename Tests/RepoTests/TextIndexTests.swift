@@ -183,7 +183,12 @@ struct TextGenerator {
   /// The differential test: random text, thousands of queries of
   /// every kind, after inserts, updates, deletes and batch deletes — the
   /// indexed answer equals the predicate evaluated on every record.
-  @Test func indexedAnswersEqualEvaluatingEveryRecord() async throws {
+  /// `idStride` 1: consecutive ids, up to 256 records sharing each
+  /// postings entry; 256: every record in a group of its own, so a term's
+  /// candidates span hundreds of groups and the planner samples the
+  /// postings of each further trigram before reading them whole (or not).
+  @Test(arguments: [1, 256])
+  func indexedAnswersEqualEvaluatingEveryRecord(idStride: Int) async throws {
     let seed = testSeed()
     var gen = TextGenerator(rng: SplitMix64(seed: seed))
     let store = try Store.inMemory(schema: Self.schema)
@@ -200,7 +205,7 @@ struct TextGenerator {
         for _ in 0..<(round == 0 ? 200 : 60) {
           switch gen.next(10) {
           case 0...4:
-            let p = gen.post(nextID)
+            let p = gen.post(nextID * idStride)
             nextID += 1
             try r.insert(p)
             model[p.id] = p
@@ -211,10 +216,10 @@ struct TextGenerator {
             try r.update(p)
             model[id] = p
           case 7:
-            let p = gen.post(gen.next(nextID + 1))
+            let p = gen.post(gen.next(nextID + 1) * idStride)
             try r.upsert(p)
             model[p.id] = p
-            nextID = max(nextID, p.id + 1)
+            nextID = max(nextID, p.id / idStride + 1)
           default:
             guard let id = model.keys.randomElement(using: &gen.rng) else { continue }
             try r.delete(id: id)
@@ -274,8 +279,11 @@ struct TextGenerator {
     // Many queries were served by the index (the rest: short or unusual
     // terms, and common ones the planner scans for). The share varies with
     // the dictionary order the writes draw ids in (it is not fixed by the
-    // seed): under ThreadSanitizer's 200 queries one run saw 18%.
-    #expect(served > rounds * queriesPerRound / (runningUnderTSan ? 10 : 5), "seed \(seed): \(served) served")
+    // seed): under ThreadSanitizer's 200 queries one run saw 18%. With a
+    // group per record the planner finds the index dearer and scans more
+    // (16% in one run).
+    let share = runningUnderTSan || idStride > 1 ? 10 : 5
+    #expect(served > rounds * queriesPerRound / share, "seed \(seed): \(served) served")
     // No stale posting: a store filled at once holds the same index.
     let fresh = try Store.inMemory(schema: Self.schema)
     try await fresh.repository(TPost.self).insert(contentsOf: model.values.sorted { $0.id < $1.id })

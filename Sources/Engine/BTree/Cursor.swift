@@ -39,6 +39,11 @@ public final class Cursor {
   /// ``keepsScannedLeaves`` asks for the cache's spare room. Leaves already
   /// cached are still used, and short range scans fill the cache.
   @exclusivity(unchecked) private var leavesStepped = 0
+  /// Leaves read by this cursor's lookups (``visitValue(forKey:_:)``), in
+  /// all. A long series of lookups through one cursor (the records of a
+  /// large index or text lookup) is a scan in another order: past
+  /// ``scanLeaves`` its leaves enter the cache as a scan's do.
+  @exclusivity(unchecked) private var leavesLookedUp = 0
   static let scanLeaves = 16
 
   /// Branches below the root this cursor has resolved from disk, by block
@@ -60,8 +65,9 @@ public final class Cursor {
     }
   }
 
-  /// Whether the leaves a long scan reads from the file may stay in the
-  /// node cache where it has room to spare. They never evict anything, so
+  /// Whether the leaves a long scan (or a long series of lookups, see
+  /// ``visitValue(forKey:_:)``) reads from the file may stay in the node
+  /// cache where it has room to spare. They never evict anything, so
   /// the working set stays; memory grows up to the cache's size
   /// (``Options/cacheSize``) instead of staying where it was. Worth it for a
   /// scan that runs again over data that fits the cache: the next one skips
@@ -109,6 +115,13 @@ public final class Cursor {
   /// are not read again. Keys asked in ascending order (the records of an
   /// index or text lookup) often share a leaf, which is then searched
   /// without a descent.
+  ///
+  /// Lookups are scan resistant as a scan is: past the first few leaves
+  /// they read (over the cursor's lifetime), the leaves a lookup reads from
+  /// the file stay out of the node cache, or take only its spare room
+  /// (``keepsScannedLeaves``). A query that looks up most of a large
+  /// keyspace then neither evicts the working set nor spends its time
+  /// evicting leaves it just read.
   public func visitValue(forKey key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void)
     throws -> Bool
   {
@@ -152,7 +165,14 @@ public final class Cursor {
           path.append((b, i))
         }
         depth += 1
-        node = b.level > 1 ? try branch(b.children[i], level: b.level - 1) : try ctx.resolve(b.children[i], level: 0)
+        if b.level > 1 {
+          node = try branch(b.children[i], level: b.level - 1)
+        } else {
+          leavesLookedUp += 1
+          let scanning = leavesLookedUp > Self.scanLeaves
+          node = try ctx.resolve(
+            b.children[i], level: 0, fill: !scanning ? .always : keepsScannedLeaves ? .ifRoom : .never)
+        }
       }
     }
   }

@@ -98,6 +98,8 @@ struct TextCandidates {
   var count: Int { members.count }
   var isEmpty: Bool { members.isEmpty }
   var groupCount: Int { memberEnds.count }
+  /// The bytes of every group's key, together.
+  var groupBytesCount: Int { groupBytes.count }
 
   /// Adds record `member` of the group being appended (members in
   /// ascending order), with the starts its match may have.

@@ -240,12 +240,32 @@ enum TextPostings {
     return Double(members) / Double(samples) * Double(n)
   }
 
+  /// How many candidate groups are looked up in a trigram's postings to
+  /// tell whether reading them whole would rule out enough candidates.
+  static let probeGroups = 32
+
+  /// Postings bytes worth reading to rule out one candidate: a candidate
+  /// costs a record lookup and a test (about 4 µs at 1M posts, its leaf
+  /// mostly read from the file), postings about 1.7 ns a byte read
+  /// (measured on workload 17).
+  static let bytesPerCandidate = 2_400.0
+
   /// How many entries ``estimatedMembers(groups:_:keyspace:_:)`` reads.
   static let sampleCount: UInt64 = 8
 
   /// How many entries (groups of records) `trigram` has: O(log n).
   static func groups(_ trigram: [UInt8], keyspace: String, _ count: (String, KeyRange) -> Double?) -> Double? {
     count(keyspace, .prefix(prefix(trigram)))
+  }
+
+  /// A cursor over the postings of the trigram whose entries start with
+  /// `prefix`. Postings are an index's working data, as records are: the
+  /// leaves a long read of them takes from the file stay in the node
+  /// cache's spare room.
+  static func postings(_ prefix: [UInt8], keyspace: String, _ reader: some KeyValueReader) throws -> Cursor {
+    let c = try reader.cursor(in: keyspace, range: .prefix(prefix))
+    c.keepsScannedLeaves = true
+    return c
   }
 
   /// The records matching at least one of `alternatives` (each a list of
@@ -266,10 +286,13 @@ enum TextPostings {
     return merged
   }
 
-  /// The records holding every trigram of `term` at positions that agree
-  /// (mod 8) with one start. Reads the rarest trigram's postings first,
-  /// then narrows with each of the others: by a lookup per candidate group
-  /// while there are few, else by one pass over its postings.
+  /// Candidates for `term`: every record holding each trigram of the term
+  /// at positions that agree (mod 8) with one start is among them; the
+  /// caller tests each. Reads the rarest trigram's postings first, then
+  /// narrows with each of the others: by a lookup per candidate group
+  /// while there are few, else by one pass over its postings — unless a
+  /// sample of the groups shows that the pass would rule out too few
+  /// candidates to pay for reading it (``bytesPerCandidate``).
   static func candidates(_ term: TermTrigrams, keyspace: String, _ reader: some KeyValueReader) throws
     -> TextCandidates
   {
@@ -287,7 +310,7 @@ enum TextPostings {
     var found = TextCandidates()
     let firstIndex = sized[0].index
     let first = prefix(term.trigrams[firstIndex])
-    try reader.cursor(in: keyspace, range: .prefix(first)).forEach { k, v in
+    try postings(first, keyspace: keyspace, reader).forEach { k, v in
       guard let p = PostingsView(v) else { throw damage(keyspace) }
       let mark = found.count
       p.forEach { m, pos in
@@ -298,46 +321,74 @@ enum TextPostings {
       found.endGroup(k[first.count...], since: mark)
       return true
     }
-    for (index, n, _) in sized.dropFirst() {
+    for (index, n, members) in sized.dropFirst() {
       if found.isEmpty { break }
       let p = prefix(term.trigrams[index])
       var kept = TextCandidates()
-      /// Keeps the members of group `g` whose starts agree with `other`.
-      func narrow(_ g: Int, _ other: PostingsView) {
-        found.narrow(g, into: &kept) { m, s in
-          guard let pos = other.positions(of: m) else { return 0 }
+      /// Keeps the members of group `g` whose starts agree with `other`
+      /// (none when it is nil: the trigram is not in that group).
+      func narrow(_ g: Int, _ other: PostingsView?, into out: inout TextCandidates) {
+        found.narrow(g, into: &out) { m, s in
+          guard let pos = other?.positions(of: m) else { return 0 }
           return s & term.starts(index, pos)
         }
       }
-      if UInt64(found.groupCount) * 8 < n {
+      /// Looks up the trigram's entry for group `g` through `cursor`
+      /// (groups asked in ascending order share its path).
+      func lookUp(_ g: Int, _ cursor: Cursor, into out: inout TextCandidates) throws {
         var e = p
-        for g in 0..<found.groupCount {
-          e.removeSubrange(p.count...)
-          found.withGroup(g) { e.append(contentsOf: $0) }
-          var damaged = false
-          _ = try reader.visitValue(for: e, in: keyspace) { v in
+        found.withGroup(g) { e.append(contentsOf: $0) }
+        var damaged = false
+        let present = try e.withUnsafeBytes { key in
+          try cursor.visitValue(forKey: key) { v in
             guard let other = PostingsView(v) else {
               damaged = true
               return
             }
-            narrow(g, other)
+            narrow(g, other, into: &out)
           }
-          if damaged { throw damage(keyspace) }
         }
-      } else {
-        // Both in key order: a merge.
-        var g = 0
-        try reader.cursor(in: keyspace, range: .prefix(p)).forEach { k, v in
-          let key = UnsafeRawBufferPointer(rebasing: k[p.count...])
-          while g < found.groupCount && found.withGroup(g, { compareBytes($0, key) }) < 0 { g += 1 }
-          guard g < found.groupCount else { return false }
-          if found.withGroup(g, { compareBytes($0, key) }) == 0 {
-            guard let other = PostingsView(v) else { throw damage(keyspace) }
-            narrow(g, other)
-            g += 1
-          }
-          return true
+        if damaged { throw damage(keyspace) }
+        if !present { narrow(g, nil, into: &out) }
+      }
+      if UInt64(found.groupCount) * 8 < n {
+        // Few groups: a lookup each.
+        let cursor = try postings(p, keyspace: keyspace, reader)
+        for g in 0..<found.groupCount { try lookUp(g, cursor, into: &kept) }
+        found = kept
+        continue
+      }
+      // Reading this trigram whole costs about its bytes; what it saves is
+      // the candidates it rules out, each a record read and tested. A
+      // sample of the groups tells how many that would be: when too few,
+      // the trigram is skipped (the predicate decides every candidate).
+      if found.groupCount > Self.probeGroups {
+        let cursor = try postings(p, keyspace: keyspace, reader)
+        var probed = 0
+        var trial = TextCandidates()
+        for i in 0..<Self.probeGroups {
+          let g = (2 * i + 1) * found.groupCount / (2 * Self.probeGroups)
+          probed += found.memberRange(g).count
+          try lookUp(g, cursor, into: &trial)
         }
+        let ruledOut = Double(found.count) * Double(probed - trial.count) / Double(probed)
+        let keyBytes = Double(p.count) + Double(found.groupBytesCount) / Double(found.groupCount)
+        let perEntry = members / Double(n)
+        let bytes = Double(n) * (keyBytes + 1 + min(32, perEntry)) + members
+        if ruledOut * Self.bytesPerCandidate < bytes { continue }
+      }
+      // Both in key order: a merge.
+      var g = 0
+      try postings(p, keyspace: keyspace, reader).forEach { k, v in
+        let key = UnsafeRawBufferPointer(rebasing: k[p.count...])
+        while g < found.groupCount && found.withGroup(g, { compareBytes($0, key) }) < 0 { g += 1 }
+        guard g < found.groupCount else { return false }
+        if found.withGroup(g, { compareBytes($0, key) }) == 0 {
+          guard let other = PostingsView(v) else { throw damage(keyspace) }
+          narrow(g, other, into: &kept)
+          g += 1
+        }
+        return true
       }
       found = kept
     }

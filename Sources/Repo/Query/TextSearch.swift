@@ -187,7 +187,9 @@ extension ModelAccess {
     if everyRecord || Double(candidates.count) * 8 > total {
       // Every record, or so many that one pass beats a lookup each.
       var at = (group: 0, member: 0)
-      try reader.cursor(in: space.records, range: .all).forEach { k, v in
+      let records = try reader.cursor(in: space.records, range: .all)
+      records.keepsScannedLeaves = true
+      try records.forEach { k, v in
         if everyRecord {
           try consider(k, v)
           return true
@@ -202,6 +204,7 @@ extension ModelAccess {
     } else {
       // In key order: neighbours sharing a leaf are found without a descent.
       let records = try reader.cursor(in: space.records, range: .all)
+      records.keepsScannedLeaves = true
       for k in candidates.keys() {
         let exists = try k.withUnsafeBytes { key in try records.visitValue(forKey: key) { try consider(key, $0) } }
         guard exists else { throw missing(k) }
