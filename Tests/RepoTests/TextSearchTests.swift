@@ -50,6 +50,39 @@ import Testing
     return Array(scored.sorted { $0.score > $1.score || ($0.score == $1.score && $0.id < $1.id) }.prefix(limit))
   }
 
+  /// The occurrence count that gives tf, eight places at a time, against
+  /// the obvious count: a two-letter alphabet makes overlaps, repeats and
+  /// near misses common; every needle and haystack length up to a few
+  /// words, matches at both ends of the haystack.
+  @Test func occurrencesCountEveryNonOverlappingMatch() {
+    var rng = SplitMix64(seed: testSeed())
+    func obvious(_ needle: [UInt8], _ haystack: [UInt8]) -> Int {
+      guard !needle.isEmpty else { return 0 }
+      var (n, i) = (0, 0)
+      while i + needle.count <= haystack.count {
+        if Array(haystack[i..<(i + needle.count)]) == needle {
+          n += 1
+          i += needle.count
+        } else {
+          i += 1
+        }
+      }
+      return n
+    }
+    var matched = 0
+    for round in 0..<20_000 {
+      let alphabet: [UInt8] = round % 3 == 0 ? Array("ab".utf8) : Array("abc\u{E9}".utf8)
+      let needle = (0..<Int(rng.next() % 13)).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+      var haystack = (0..<Int(rng.next() % 70)).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+      if round % 5 == 0 { haystack += needle }
+      if round % 7 == 0 { haystack = needle + haystack }
+      let expected = obvious(needle, haystack)
+      #expect(TextSearch.occurrences(of: needle, in: haystack) == expected, "\(needle) in \(haystack)")
+      if expected > 0 { matched += 1 }
+    }
+    #expect(matched > 5_000)
+  }
+
   @Test func rankedSearchFollowsItsFormulaOverRandomText() async throws {
     let seed = testSeed()
     var gen = TextGenerator(rng: SplitMix64(seed: seed))

@@ -79,74 +79,79 @@ enum TextFolding {
   /// a String: ASCII, Latin letters the table folds and combining
   /// diacritics; nil (and `out` unspecified) when the text needs Foundation.
   static func fold(utf8 s: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Folded? {
-    var result: Folded? = Folded(isASCII: true, isExact: true)
+    var result: Folded?
     // Folding never lengthens this text: ASCII stays one byte, a Latin
     // letter (two bytes) folds to one or two, a diacritic to none. At
     // least one byte of capacity: with zero the stdlib writes the count into
     // the shared empty-array singleton, which ThreadSanitizer reports as a
     // race when two threads fold empty text at once.
     out = [UInt8](unsafeUninitializedCapacity: max(s.count, 1)) { o, written in
-      var n = 0
-      var i = 0
-      var exact = true
-      var ascii = true
-      defer { written = n }
-      while i < s.count {
-        // Eight ASCII bytes at a time: no byte has its top bit, so adding
-        // a constant to each byte carries into none of the others.
-        if i + 8 <= s.count {
-          let w = s.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-          if w & 0x8080_8080_8080_8080 == 0 {
-            let high: UInt64 = 0x8080_8080_8080_8080
-            // Top bit set: at least "A", at least "[" (one past "Z"), at
-            // least " ".
-            let (atLeastA, pastZ, printable) = (
-              w &+ 0x3F3F_3F3F_3F3F_3F3F, w &+ 0x2525_2525_2525_2525, w &+ 0x6060_6060_6060_6060
-            )
-            let upper = atLeastA & ~pastZ & high
-            let del = w ^ 0x7F7F_7F7F_7F7F_7F7F
-            if ~printable & high != 0 || (del &- 0x0101_0101_0101_0101) & ~del & high != 0 { exact = false }
-            // Safe: n <= i, so the eight bytes fit in the s.count reserved.
-            UnsafeMutableRawPointer(o.baseAddress! + n).storeBytes(of: w | upper >> 2, as: UInt64.self)
-            n += 8
-            i += 8
-            continue
-          }
-        }
-        let b = s[i]
-        if b < 0x80 {
-          o[n] = b &- 0x41 < 26 ? b | 0x20 : b
-          n += 1
-          if b < 0x20 || b == 0x7F { exact = false }
-          i += 1
-          continue
-        }
-        ascii = false
-        // Only two-byte scalars (U+0080–U+07FF) are folded here.
-        guard b & 0xE0 == 0xC0, i + 1 < s.count, s[i + 1] & 0xC0 == 0x80 else {
-          result = nil
-          return
-        }
-        let v = UInt32(b & 0x1F) << 6 | UInt32(s[i + 1] & 0x3F)
-        i += 2
-        if v >= 0x300 && v < 0x370 && v != 0x345 { continue }
-        guard v >= 0xC0 && v <= 0x24F, let f = latin[Int(v) - 0xC0] else {
-          result = nil
-          return
-        }
-        if !safeLatin[Int(v) - 0xC0] { exact = false }
-        if f.value < 0x80 {
-          o[n] = UInt8(f.value)
-          n += 1
-        } else {
-          o[n] = UInt8(0xC0 | f.value >> 6)
-          o[n + 1] = UInt8(0x80 | f.value & 0x3F)
-          n += 2
-        }
-      }
-      result = Folded(isASCII: ascii, isExact: exact)
+      // Safe: o holds at least s.count bytes.
+      (written, result) = fold(utf8: s, to: o.baseAddress!)
     }
     return result
+  }
+
+  /// ``fold(utf8:into:)`` into `o`, which has room for `s.count` bytes
+  /// (folding never lengthens the text it folds): how many bytes it wrote,
+  /// and what it learned, nil when the text needs Foundation.
+  static func fold(utf8 s: UnsafeRawBufferPointer, to o: UnsafeMutablePointer<UInt8>) -> (count: Int, folded: Folded?) {
+    var n = 0
+    var i = 0
+    var exact = true
+    var ascii = true
+    while i < s.count {
+      // Eight ASCII bytes at a time: no byte has its top bit, so adding
+      // a constant to each byte carries into none of the others.
+      if i + 8 <= s.count {
+        let w = s.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+        if w & 0x8080_8080_8080_8080 == 0 {
+          let high: UInt64 = 0x8080_8080_8080_8080
+          // Top bit set: at least "A", at least "[" (one past "Z"), at
+          // least " ".
+          let (atLeastA, pastZ, printable) = (
+            w &+ 0x3F3F_3F3F_3F3F_3F3F, w &+ 0x2525_2525_2525_2525, w &+ 0x6060_6060_6060_6060
+          )
+          let upper = atLeastA & ~pastZ & high
+          let del = w ^ 0x7F7F_7F7F_7F7F_7F7F
+          if ~printable & high != 0 || (del &- 0x0101_0101_0101_0101) & ~del & high != 0 { exact = false }
+          // Safe: n <= i, so the eight bytes fit in the s.count reserved.
+          UnsafeMutableRawPointer(o + n).storeBytes(of: w | upper >> 2, as: UInt64.self)
+          n += 8
+          i += 8
+          continue
+        }
+      }
+      let b = s[i]
+      if b < 0x80 {
+        o[n] = b &- 0x41 < 26 ? b | 0x20 : b
+        n += 1
+        if b < 0x20 || b == 0x7F { exact = false }
+        i += 1
+        continue
+      }
+      ascii = false
+      // Only two-byte scalars (U+0080–U+07FF) are folded here.
+      guard b & 0xE0 == 0xC0, i + 1 < s.count, s[i + 1] & 0xC0 == 0x80 else {
+        return (n, nil)
+      }
+      let v = UInt32(b & 0x1F) << 6 | UInt32(s[i + 1] & 0x3F)
+      i += 2
+      if v >= 0x300 && v < 0x370 && v != 0x345 { continue }
+      guard v >= 0xC0 && v <= 0x24F, let f = latin[Int(v) - 0xC0] else {
+        return (n, nil)
+      }
+      if !safeLatin[Int(v) - 0xC0] { exact = false }
+      if f.value < 0x80 {
+        o[n] = UInt8(f.value)
+        n += 1
+      } else {
+        o[n] = UInt8(0xC0 | f.value >> 6)
+        o[n + 1] = UInt8(0x80 | f.value & 0x3F)
+        n += 2
+      }
+    }
+    return (n, Folded(isASCII: ascii, isExact: exact))
   }
 
   /// ``fold(_:)`` through Foundation, whatever the text.

@@ -46,18 +46,147 @@ enum TextSearch {
   /// Non-overlapping occurrences of `needle` in `haystack`, both UTF-8
   /// (a match of whole UTF-8 text can only start on a character boundary).
   static func occurrences(of needle: [UInt8], in haystack: [UInt8]) -> Int {
-    guard !needle.isEmpty else { return 0 }
-    return haystack.withUnsafeBytes { h in
-      needle.withUnsafeBytes { n in
-        var count = 0
-        var at = 0
-        while let found = TextFolding.find(n, in: h, from: at) {
-          count += 1
-          at = found + n.count
-        }
-        return count
-      }
+    haystack.withUnsafeBytes { h in needle.withUnsafeBytes { occurrences(of: $0, in: h) } }
+  }
+
+  /// ``occurrences(of:in:)`` of bytes in place. Eight places at a time:
+  /// a place can start a match only where both the needle's first byte
+  /// and its last (that many bytes on) are found, and one word comparison
+  /// each finds where in eight places both are (a few more, never fewer:
+  /// each is checked whole).
+  static func occurrences(of needle: UnsafeRawBufferPointer, in h: UnsafeRawBufferPointer) -> Int {
+    let m = needle.count
+    guard m > 0, h.count >= m, let hp = h.baseAddress, let np = needle.baseAddress else { return 0 }
+    let ones: UInt64 = 0x0101_0101_0101_0101
+    let first = UInt64(needle[0]) &* ones
+    let last = UInt64(needle[m - 1]) &* ones
+    var count = 0
+    // The first place the next match may start at (matches do not overlap).
+    var next = 0
+    /// Whether the needle is at `p`, known to hold its first and last bytes.
+    @inline(__always) func matches(_ p: Int) -> Bool {
+      m <= 2 || memcmp(hp + p + 1, np + 1, m - 2) == 0
     }
+    var i = 0
+    // Both eight-byte loads (at i and at i + m - 1) stay inside h.
+    while i + m - 1 + 8 <= h.count {
+      let x =
+        (h.loadUnaligned(fromByteOffset: i, as: UInt64.self) ^ first)
+        | (h.loadUnaligned(fromByteOffset: i + m - 1, as: UInt64.self) ^ last)
+      // A high bit for each zero byte of x (and perhaps a byte above one).
+      var zeros = (x &- ones) & ~x & 0x8080_8080_8080_8080
+      while zeros != 0 {
+        let p = i + zeros.trailingZeroBitCount >> 3
+        zeros &= zeros &- 1
+        if p >= next, h[p] == needle[0], h[p + m - 1] == needle[m - 1], matches(p) {
+          count += 1
+          next = p + m
+        }
+      }
+      i += 8
+    }
+    while i + m <= h.count {
+      if i >= next, h[i] == needle[0], h[i + m - 1] == needle[m - 1], matches(i) {
+        count += 1
+        next = i + m
+      }
+      i += 1
+    }
+    return count
+  }
+}
+
+/// What a ranked search learns of the records it scores: for each that
+/// matches a word, its tf per word and its folded length, and for each
+/// word how many records match it. One value, changed in place record by
+/// record (kept as separate captured variables, each access was checked
+/// for exclusivity at run time, a tenth of a search's time).
+struct RankTally {
+  /// The words, folded (UTF-8), and what decides a match of each.
+  let needles: [[UInt8]]
+  let words: [String]
+  let asciiWords: [Bool]
+  let decidableWords: [Bool]
+  /// Each matching record's key, back to back: key i ends at keyEnds[i].
+  var keyBytes: [UInt8] = []
+  var keyEnds: [Int] = []
+  /// words.count per matching record: each word's tf (0: no match).
+  var tfs: [Int] = []
+  var lengths: [Int] = []
+  var df: [Int]
+  /// The record being scored.
+  private var tf: [Int]
+  private var matched: [Bool]
+  private var length = 0
+  /// Where a field is folded (grown as needed).
+  private var scratch: [UInt8] = [UInt8](repeating: 0, count: 256)
+
+  init(_ words: [(text: String, folded: String)]) {
+    needles = words.map { Array($0.folded.utf8) }
+    self.words = words.map(\.text)
+    asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
+    decidableWords = words.map { TextFolding.decidable($0.text) }
+    df = [Int](repeating: 0, count: words.count)
+    tf = df
+    matched = [Bool](repeating: false, count: words.count)
+  }
+
+  /// Starts a record.
+  mutating func reset() {
+    for n in tf.indices { (tf[n], matched[n]) = (0, false) }
+    length = 0
+  }
+
+  /// Adds one indexed field's UTF-8 to the record's score.
+  mutating func score(_ utf8: UnsafeRawBufferPointer) {
+    // Moved out while it is lent: tally(_:how:_:) changes self.
+    var buffer = scratch
+    scratch = []
+    defer { scratch = buffer }
+    if buffer.count < utf8.count { buffer = [UInt8](repeating: 0, count: max(utf8.count, 2 * buffer.count)) }
+    buffer.withUnsafeMutableBufferPointer { b in
+      // Safe: b holds at least utf8.count bytes.
+      let (n, how) = TextFolding.fold(utf8: utf8, to: b.baseAddress!)
+      if how != nil { return tally(UnsafeRawBufferPointer(start: b.baseAddress, count: n), how: how, utf8) }
+      // Text the table does not fold: Foundation's folding.
+      let folded = Array(TextFolding.fold(String(decoding: utf8, as: UTF8.self)).utf8)
+      folded.withUnsafeBytes { tally($0, how: nil, utf8) }
+    }
+  }
+
+  private mutating func tally(
+    _ folded: UnsafeRawBufferPointer, how: TextFolding.Folded?, _ utf8: UnsafeRawBufferPointer
+  ) {
+    length += folded.count
+    for n in needles.indices {
+      let c = needles[n].withUnsafeBytes { TextSearch.occurrences(of: $0, in: folded) }
+      tf[n] += c
+      guard !matched[n] else { continue }
+      // ASCII on both sides, or a decidable word in Latin text: a folded
+      // match is exactly localizedStandardContains (as the byte-level
+      // filter has it; TextFoldingTests).
+      let decided = how.map { (asciiWords[n] && $0.isASCII) || (decidableWords[n] && $0.isExact) } ?? false
+      matched[n] = decided ? c > 0 : String(decoding: utf8, as: UTF8.self).localizedStandardContains(words[n])
+    }
+  }
+
+  /// Ends the record stored under `key`: kept when it matches a word.
+  mutating func finish(_ key: UnsafeRawBufferPointer) {
+    var any = false
+    for n in tf.indices {
+      guard matched[n] else {
+        tf[n] = 0
+        continue
+      }
+      tf[n] = max(1, tf[n])
+      df[n] += 1
+      any = true
+    }
+    guard any else { return }
+    keyBytes.append(contentsOf: key)
+    keyEnds.append(keyBytes.count)
+    tfs.append(contentsOf: tf)
+    lengths.append(length)
   }
 }
 
@@ -88,9 +217,6 @@ extension ModelAccess {
       candidates = candidates.union(
         try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
     }
-    let needles = words.map { Array($0.folded.utf8) }
-    let asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
-    let decidableWords = words.map { TextFolding.decidable($0.text) }
     // The indexed fields straight from the record's bytes, where decoding
     // a probe proved where they are stored; else each record is decoded.
     let stored: [RecordField]? = {
@@ -104,79 +230,25 @@ extension ModelAccess {
       }
       return out
     }()
-    // What each matching record scored on: per word, its tf (0: no match).
-    // Their keys back to back: key i ends at keyEnds[i].
-    var keyBytes: [UInt8] = []
-    var keyEnds: [Int] = []
-    var tfs: [Int] = []  // words.count per matching record
-    var lengths: [Int] = []
-    var df = [Int](repeating: 0, count: words.count)
-    // The record being scored.
-    // (Buffers, not arrays: a captured array is checked for exclusive
-    // access at every element written, which showed in profiles.)
-    let tf = UnsafeMutableBufferPointer<Int>.allocate(capacity: words.count)
-    let matched = UnsafeMutableBufferPointer<Bool>.allocate(capacity: words.count)
-    tf.initialize(repeating: 0)
-    matched.initialize(repeating: false)
-    defer {
-      tf.deallocate()
-      matched.deallocate()
-    }
-    var length = 0
-    var folded: [UInt8] = []
-    func reset() {
-      for n in words.indices { (tf[n], matched[n]) = (0, false) }
-      length = 0
-    }
-    /// Adds one field's UTF-8 to the record's score.
-    func score(_ utf8: UnsafeRawBufferPointer) {
-      let how = TextFolding.fold(utf8: utf8, into: &folded)
-      if how == nil { folded = Array(TextFolding.fold(String(decoding: utf8, as: UTF8.self)).utf8) }
-      length += folded.count
-      for n in words.indices {
-        let c = TextSearch.occurrences(of: needles[n], in: folded)
-        tf[n] += c
-        guard !matched[n] else { continue }
-        // ASCII on both sides, or a decidable word in Latin text: a folded
-        // match is exactly localizedStandardContains (as the byte-level
-        // filter has it; TextFoldingTests).
-        let decided = how.map { (asciiWords[n] && $0.isASCII) || (decidableWords[n] && $0.isExact) } ?? false
-        matched[n] =
-          decided ? c > 0 : String(decoding: utf8, as: UTF8.self).localizedStandardContains(words[n].text)
-      }
-    }
+    var tally = RankTally(words)
     func consider(_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws {
-      reset()
+      tally.reset()
       var read = stored != nil
       for f in stored ?? [] {
         switch f.read(bytes) {
-        case .bytes(let b): score(b)
+        case .bytes(let b): tally.score(b)
         case .null: continue
         default: read = false
         }
         if !read { break }
       }
       if !read {
-        reset()
+        tally.reset()
         let model = try decode(bytes, key: Array(key))
         var fields = withUnsafePointer(to: model) { p in text.fields.compactMap { $0(UnsafeRawPointer(p)) } }
-        for i in fields.indices { fields[i].withUTF8 { score(UnsafeRawBufferPointer($0)) } }
+        for i in fields.indices { fields[i].withUTF8 { tally.score(UnsafeRawBufferPointer($0)) } }
       }
-      var any = false
-      for n in words.indices {
-        guard matched[n] else {
-          tf[n] = 0
-          continue
-        }
-        tf[n] = max(1, tf[n])
-        df[n] += 1
-        any = true
-      }
-      guard any else { return }
-      keyBytes.append(contentsOf: key)
-      keyEnds.append(keyBytes.count)
-      tfs.append(contentsOf: tf)
-      lengths.append(length)
+      tally.finish(key)
     }
     func missing(_ key: [UInt8]) -> RepoError {
       RepoError(
@@ -210,8 +282,9 @@ extension ModelAccess {
         guard exists else { throw missing(k) }
       }
     }
+    let (keyBytes, keyEnds, tfs, lengths) = (tally.keyBytes, tally.keyEnds, tally.tfs, tally.lengths)
     guard !keyEnds.isEmpty else { return [] }
-    let idf = df.map { log(1 + (total - Double($0) + 0.5) / (Double($0) + 0.5)) }
+    let idf = tally.df.map { log(1 + (total - Double($0) + 0.5) / (Double($0) + 0.5)) }
     let averageLength = max(1, Double(lengths.reduce(0, +)) / Double(lengths.count))
     func score(_ i: Int) -> Double {
       let norm = TextSearch.k1 * (1 - TextSearch.b + TextSearch.b * Double(lengths[i]) / averageLength)
