@@ -105,4 +105,45 @@ import Testing
       #expect(values.map { $0 >> 8 } == expected, "\(size)")
     }
   }
+
+  /// The members two postings values share, with the positions each gives,
+  /// against a dictionary: lists (under 32 members) and bitmaps on either
+  /// side, from empty overlaps to whole ones.
+  @Test func sharedMembersOfTwoPostingsAgreeWithADictionary() {
+    var rng = SplitMix64(seed: testSeed())
+    func random() -> Postings {
+      let size = [1, 5, 31, 32, 33, 100, 200, 256][Int(rng.next() % 8)]
+      var p = Postings()
+      // Members drawn from a narrower range sometimes, so overlaps vary.
+      let range = rng.next() % 2 == 0 ? 256 : 64
+      while p.members.count < min(size, range) {
+        p.set(UInt8(rng.next() % UInt64(range)), UInt8(truncatingIfNeeded: rng.next() | 1))
+      }
+      return p
+    }
+    var kinds = Set<[Bool]>()
+    for _ in 0..<2_000 {
+      let (a, b) = (random(), random())
+      var expected: [(UInt8, UInt8, UInt8)] = []
+      for (i, m) in a.members.enumerated() {
+        if let q = b.positions(of: m) { expected.append((m, a.positions[i], q)) }
+      }
+      let (ea, eb) = (TextPostings.encode(a), TextPostings.encode(b))
+      var got: [(UInt8, UInt8, UInt8)] = []
+      ea.withUnsafeBytes { va in
+        eb.withUnsafeBytes { vb in
+          guard let x = PostingsView(va), let y = PostingsView(vb) else {
+            Issue.record("a value that encode wrote does not read")
+            return
+          }
+          kinds.insert([x.isBitmap, y.isBitmap])
+          x.forEachShared(with: y) { got.append(($0, $1, $2)) }
+        }
+      }
+      #expect(got.map(\.0) == expected.map(\.0))
+      #expect(got.map(\.1) == expected.map(\.1))
+      #expect(got.map(\.2) == expected.map(\.2))
+    }
+    #expect(kinds.count == 4, "lists and bitmaps on each side")
+  }
 }

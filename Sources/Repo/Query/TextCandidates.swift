@@ -48,6 +48,39 @@ struct PostingsView {
     }
   }
 
+  /// Each member of both `self` and `other`, ascending, with its positions
+  /// in each.
+  @inline(__always)
+  func forEachShared(with other: PostingsView, _ body: (_ member: UInt8, _ mine: UInt8, _ theirs: UInt8) -> Void) {
+    if isBitmap && other.isBitmap {
+      // Both bitmaps: the members in both are the bits of a word AND, and
+      // each one's rank on either side is a count of the bits below it.
+      let (mine, theirs) = (value.count - count, other.value.count - other.count)
+      var (ra, rb) = (0, 0)
+      for word in 0..<4 {
+        let a = value.loadUnaligned(fromByteOffset: 1 + 8 * word, as: UInt64.self)
+        let b = other.value.loadUnaligned(fromByteOffset: 1 + 8 * word, as: UInt64.self)
+        var both = a & b
+        while both != 0 {
+          let below = (both & (0 &- both)) &- 1
+          let m = UInt8(word * 64 + both.trailingZeroBitCount)
+          body(
+            m, value[mine + ra + (a & below).nonzeroBitCount], other.value[theirs + rb + (b & below).nonzeroBitCount])
+          both &= both &- 1
+        }
+        ra += a.nonzeroBitCount
+        rb += b.nonzeroBitCount
+      }
+      return
+    }
+    // A list on one side at least: its members, looked up in the other.
+    let (list, set, swapped) = isBitmap ? (other, self, true) : (self, other, false)
+    list.forEach { m, p in
+      if let q = set.positions(of: m) { swapped ? body(m, q, p) : body(m, p, q) }
+      return true
+    }
+  }
+
   /// Member `m`'s positions, nil when it is not a member.
   @inline(__always)
   func positions(of m: UInt8) -> UInt8? {

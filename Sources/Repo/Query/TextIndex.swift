@@ -310,18 +310,65 @@ enum TextPostings {
     var found = TextCandidates()
     let firstIndex = sized[0].index
     let first = prefix(term.trigrams[firstIndex])
-    try postings(first, keyspace: keyspace, reader).forEach { k, v in
-      guard let p = PostingsView(v) else { throw damage(keyspace) }
-      let mark = found.count
-      p.forEach { m, pos in
-        let s = term.starts(firstIndex, pos)
-        if s != 0 { found.add(m, starts: s) }
+    if sized.count == 1 {
+      try postings(first, keyspace: keyspace, reader).forEach { k, v in
+        guard let p = PostingsView(v) else { throw damage(keyspace) }
+        let mark = found.count
+        p.forEach { m, pos in
+          let s = term.starts(firstIndex, pos)
+          if s != 0 { found.add(m, starts: s) }
+          return true
+        }
+        found.endGroup(k[first.count...], since: mark)
         return true
       }
-      found.endGroup(k[first.count...], since: mark)
+      return found
+    }
+    // The two rarest together, in one merge of their postings: only the
+    // records in both are kept, and the rarest trigram's records (many
+    // times more) are never gathered on their own.
+    let secondIndex = sized[1].index
+    let second = prefix(term.trigrams[secondIndex])
+    let other = try postings(second, keyspace: keyspace, reader)
+    // The second trigram's entry the merge is at, copied out of the cursor
+    // (its group, then its value); nil once it has none left.
+    var otherGroup: [UInt8] = []
+    var otherValue: [UInt8] = []
+    var otherLeft = true
+    func stepOther() throws {
+      let stepped: Bool? = try other.next { k, v in
+        otherGroup.removeAll(keepingCapacity: true)
+        otherGroup.append(contentsOf: k[second.count...])
+        otherValue.removeAll(keepingCapacity: true)
+        otherValue.append(contentsOf: v)
+        return true
+      }
+      otherLeft = stepped != nil
+    }
+    try stepOther()
+    try postings(first, keyspace: keyspace, reader).forEach { k, v in
+      let group = UnsafeRawBufferPointer(rebasing: k[first.count...])
+      var order = -1
+      while otherLeft {
+        order = otherGroup.withUnsafeBytes { compareBytes($0, group) }
+        guard order < 0 else { break }
+        try stepOther()
+      }
+      guard otherLeft else { return false }
+      guard order == 0 else { return true }
+      guard let mine = PostingsView(v) else { throw damage(keyspace) }
+      try otherValue.withUnsafeBytes { o in
+        guard let theirs = PostingsView(o) else { throw damage(keyspace) }
+        let mark = found.count
+        mine.forEachShared(with: theirs) { m, a, b in
+          let s = term.starts(firstIndex, a) & term.starts(secondIndex, b)
+          if s != 0 { found.add(m, starts: s) }
+        }
+        found.endGroup(group, since: mark)
+      }
       return true
     }
-    for (index, n, members) in sized.dropFirst() {
+    for (index, n, members) in sized.dropFirst(2) {
       if found.isEmpty { break }
       let p = prefix(term.trigrams[index])
       var kept = TextCandidates()
