@@ -77,6 +77,11 @@ import Testing
       let missedBeforeEnd = missed.contains { m in lastOfB.map { Self.less(m, $0) } ?? false }
       #expect(passedOver == missedBeforeEnd, "seed \(seed)")
       if !passedOver { #expect(ca.isDone(walk) == missed.isEmpty, "seed \(seed)") }
+      // holds(_:from:) over only b's keys passes over a's others silently.
+      var over = (group: 0, member: 0)
+      for k in b.sorted(by: Self.less) {
+        #expect(k.withUnsafeBytes { ca.holds($0, from: &over) } == a.contains(k), "seed \(seed): \(k)")
+      }
       // Each candidate compares with any key as the keys themselves do.
       var i = 0
       for g in 0..<ca.groupCount {

@@ -126,6 +126,20 @@ func evaluateTargets(_ rows: [Row]) -> [TargetResult] {
     guard let r = rowPrefix("11", prefix) else { continue }
     check("\(r.row): ≥\(String(format: "%g", floor))× SQLite", r.ratio("sqlite"), { $0 >= floor }, formatRatio)
   }
+
+  // Text search (issue 17): every search row at least level with FTS5's
+  // trigram index, selective terms 50× LIKE's scan (a term most posts hold
+  // cannot be: the matches alone are half the table), the index at most
+  // 1.5× FTS5's size.
+  for r in rows where r.workload == "17" && r.row.contains(" searches ") {
+    check("\(r.row): ≥1× FTS5", r.ratio("fts5"), { $0 >= 1 }, formatRatio)
+    if r.row.hasSuffix("8-character terms") {
+      check("\(r.row): ≥50× SQLite LIKE", r.ratio("sqlite"), { $0 >= 50 }, formatRatio)
+    }
+  }
+  if let size = rowPrefix("17", "text index size") {
+    check("text index at most 1.5× FTS5's size", size.ratio("fts5").map { 1 / $0 }, { $0 <= 1.5 }, formatRatio)
+  }
   return out
 }
 

@@ -273,6 +273,19 @@ struct TextCandidates {
     return true
   }
 
+  /// Whether record `key` is one, for keys given in ascending order (a
+  /// subset of them may be asked: members before `key` are passed over);
+  /// `cursor` remembers where the last call ended.
+  func holds(_ key: UnsafeRawBufferPointer, from cursor: inout (group: Int, member: Int)) -> Bool {
+    while cursor.group < groupCount {
+      let c = compare(cursor.member, group: cursor.group, with: key)
+      if c > 0 { return false }
+      advance(&cursor)
+      if c == 0 { return true }
+    }
+    return false
+  }
+
   /// Whether `cursor` is past every record.
   func isDone(_ cursor: (group: Int, member: Int)) -> Bool { cursor.group >= groupCount }
 

@@ -120,8 +120,21 @@ struct RankTally {
   private var length = 0
   /// Where a field is folded (grown as needed).
   private var scratch: [UInt8] = [UInt8](repeating: 0, count: 256)
+  /// Each word's candidates from the index, nil when every record may
+  /// hold every word; where in each the records begun so far are; and
+  /// which words the record being scored may hold. A record that is not
+  /// among a word's candidates does not hold it (the index loses no
+  /// match), so that word is not looked for in its text.
+  private let candidates: [TextCandidates]
+  private let everyRecord: Bool
+  private var at: [(group: Int, member: Int)]
+  private var possible: [Bool]
 
-  init(_ words: [(text: String, folded: String)]) {
+  init(_ words: [(text: String, folded: String)], candidates: [TextCandidates]?) {
+    self.candidates = candidates ?? []
+    everyRecord = candidates == nil
+    at = [(group: Int, member: Int)](repeating: (0, 0), count: words.count)
+    possible = [Bool](repeating: true, count: words.count)
     needles = words.map { Array($0.folded.utf8) }
     self.words = words.map(\.text)
     asciiWords = words.map { $0.text.utf8.allSatisfy { $0 < 0x80 } }
@@ -131,7 +144,22 @@ struct RankTally {
     matched = [Bool](repeating: false, count: words.count)
   }
 
-  /// Starts a record.
+  /// Starts the record stored under `key` (records begun in ascending
+  /// key order).
+  mutating func begin(_ key: UnsafeRawBufferPointer) {
+    if !everyRecord {
+      for n in possible.indices {
+        // Through a local: with self.at passed inout, each word's
+        // candidates were copied out of self for the call.
+        var cursor = at[n]
+        possible[n] = candidates[n].holds(key, from: &cursor)
+        at[n] = cursor
+      }
+    }
+    reset()
+  }
+
+  /// Forgets what the record being scored has scored so far.
   mutating func reset() {
     for n in tf.indices { (tf[n], matched[n]) = (0, false) }
     length = 0
@@ -158,7 +186,7 @@ struct RankTally {
     _ folded: UnsafeRawBufferPointer, how: TextFolding.Folded?, _ utf8: UnsafeRawBufferPointer
   ) {
     length += folded.count
-    for n in needles.indices {
+    for n in needles.indices where possible[n] {
       let c = needles[n].withUnsafeBytes { TextSearch.occurrences(of: $0, in: folded) }
       tf[n] += c
       guard !matched[n] else { continue }
@@ -208,14 +236,15 @@ extension ModelAccess {
     // Candidates: for each word the index serves, the records holding its
     // trigrams; a word it cannot serve makes every record one.
     var candidates = TextCandidates()
+    var perWord: [TextCandidates] = []
     var everyRecord = !built
     for w in words where !everyRecord {
       guard TextFolding.servable(w.text) == nil else {
         everyRecord = true
         break
       }
-      candidates = candidates.union(
-        try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
+      perWord.append(try TextPostings.candidates(TermTrigrams(folded: w.folded), keyspace: text.keyspace, reader))
+      candidates = candidates.union(perWord[perWord.count - 1])
     }
     // The indexed fields straight from the record's bytes, where decoding
     // a probe proved where they are stored; else each record is decoded.
@@ -230,9 +259,9 @@ extension ModelAccess {
       }
       return out
     }()
-    var tally = RankTally(words)
+    var tally = RankTally(words, candidates: everyRecord ? nil : perWord)
     func consider(_ key: UnsafeRawBufferPointer, _ bytes: UnsafeRawBufferPointer) throws {
-      tally.reset()
+      tally.begin(key)
       var read = stored != nil
       for f in stored ?? [] {
         switch f.read(bytes) {
