@@ -164,6 +164,10 @@ struct TextCandidates {
   @inline(__always)
   func memberRange(_ g: Int) -> Range<Int> { (g == 0 ? 0 : memberEnds[g - 1])..<memberEnds[g] }
 
+  /// The last byte of record `i`'s key.
+  @inline(__always)
+  func member(_ i: Int) -> UInt8 { members[i] }
+
   /// Record `i`'s key (in group `g`).
   func key(_ i: Int, group g: Int) -> [UInt8] {
     var k = withGroup(g) { Array($0) }

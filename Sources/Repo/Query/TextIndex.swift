@@ -411,18 +411,28 @@ enum TextPostings {
       // the trigram is skipped (the predicate decides every candidate).
       if found.groupCount > Self.probeGroups {
         let cursor = try postings(p, keyspace: keyspace, reader)
-        var probed = 0
-        var trial = TextCandidates()
-        for i in 0..<Self.probeGroups {
-          let g = (2 * i + 1) * found.groupCount / (2 * Self.probeGroups)
-          probed += found.memberRange(g).count
-          try lookUp(g, cursor, into: &trial)
-        }
-        let ruledOut = Double(found.count) * Double(probed - trial.count) / Double(probed)
         let keyBytes = Double(p.count) + Double(found.groupBytesCount) / Double(found.groupCount)
         let perEntry = members / Double(n)
         let bytes = Double(n) * (keyBytes + 1 + min(32, perEntry)) + members
-        if ruledOut * Self.bytesPerCandidate < bytes { continue }
+        var probed = 0
+        // The sampled members that agree (only counted: groups of both
+        // halves are added out of order).
+        var trial = TextCandidates()
+        // Half the sample first (every other place), the rest only when
+        // that half leaves the choice open: most further trigrams rule out
+        // nothing in it and are skipped at half the lookups.
+        var skip = false
+        for half in 0..<2 {
+          for i in stride(from: half, to: Self.probeGroups, by: 2) {
+            let g = (2 * i + 1) * found.groupCount / (2 * Self.probeGroups)
+            probed += found.memberRange(g).count
+            try lookUp(g, cursor, into: &trial)
+          }
+          let ruledOut = Double(found.count) * Double(probed - trial.count) / Double(probed)
+          skip = ruledOut * Self.bytesPerCandidate < bytes
+          if half == 0 && (trial.count == probed || ruledOut * Self.bytesPerCandidate >= 2 * bytes) { break }
+        }
+        if skip { continue }
       }
       // Both in key order: a merge.
       var g = 0
