@@ -240,8 +240,10 @@ enum TextPostings {
     return Double(members) / Double(samples) * Double(n)
   }
 
-  /// How many candidate groups are looked up in a trigram's postings to
-  /// tell whether reading them whole would rule out enough candidates.
+  /// How many candidate groups, at most, are looked up in a trigram's
+  /// postings to tell whether reading them whole would rule out enough
+  /// candidates (half of them first, the rest when the first half leaves
+  /// the choice open).
   static let probeGroups = 32
 
   /// Postings bytes worth reading to rule out one candidate: a candidate
@@ -288,11 +290,12 @@ enum TextPostings {
 
   /// Candidates for `term`: every record holding each trigram of the term
   /// at positions that agree (mod 8) with one start is among them; the
-  /// caller tests each. Reads the rarest trigram's postings first, then
-  /// narrows with each of the others: by a lookup per candidate group
-  /// while there are few, else by one pass over its postings — unless a
-  /// sample of the groups shows that the pass would rule out too few
-  /// candidates to pay for reading it (``bytesPerCandidate``).
+  /// caller tests each. Reads the two rarest trigrams' postings together
+  /// (the rarest alone if the term has one), then narrows with each of the
+  /// others: by a lookup per candidate group while there are few, else by
+  /// one pass over its postings — unless a sample of the groups shows that
+  /// the pass would rule out too few candidates to pay for reading it
+  /// (``bytesPerCandidate``).
   static func candidates(_ term: TermTrigrams, keyspace: String, _ reader: some KeyValueReader) throws
     -> TextCandidates
   {
@@ -331,7 +334,7 @@ enum TextPostings {
     let second = prefix(term.trigrams[secondIndex])
     let other = try postings(second, keyspace: keyspace, reader)
     // The second trigram's entry the merge is at, copied out of the cursor
-    // (its group, then its value); nil once it has none left.
+    // (its group, then its value); otherLeft is false once it has none left.
     var otherGroup: [UInt8] = []
     var otherValue: [UInt8] = []
     var otherLeft = true
