@@ -282,29 +282,17 @@ where M.ID: Codable & Hashable & Sendable {
         return
       }
       // In key order (or its reverse), neighbours often share a leaf: the
-      // cursor finds them there without a descent. Each key is built in
-      // one buffer: its group's bytes, then its last byte.
+      // cursor finds them there without a descent.
       let records = try reader.cursor(in: space.records, range: .all)
       records.keepsScannedLeaves = true
-      var key: [UInt8] = []
-      groups: for j in 0..<found.groupCount {
-        let g = reverse ? found.groupCount - 1 - j : j
-        key.removeAll(keepingCapacity: true)
-        found.withGroup(g) { key.append(contentsOf: $0) }
-        key.append(0)
-        let members = found.memberRange(g)
-        for m in 0..<members.count {
-          key[key.count - 1] = found.member(reverse ? members.upperBound - 1 - m : members.lowerBound + m)
-          var more = true
-          let exists = try key.withUnsafeBytes { key in
-            try records.visitValue(forKey: key) { v in
-              counters.recordsRead.add(1, ordering: .relaxed)
-              more = try visit(key, v, nil)
-            }
-          }
-          guard exists else { throw missing(key) }
-          if !more { break groups }
+      try found.forEachKey(reverse: reverse) { key in
+        var more = true
+        let exists = try records.visitValue(forKey: key) { v in
+          counters.recordsRead.add(1, ordering: .relaxed)
+          more = try visit(key, v, nil)
         }
+        guard exists else { throw missing(Array(key)) }
+        return more
       }
     case .index(let i, let range, let reverse):
       let c = try reader.cursor(in: i.keyspace, range: range)

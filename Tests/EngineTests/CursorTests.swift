@@ -22,14 +22,23 @@ import Testing
     return (db, snap, range, try snap.entries(in: "ks", range: range))
   }
 
-  @Test func aLongScanLeavesTheCacheAloneOrFillsOnlyItsSpareRoomWhenAsked() throws {
+  /// A closed store at "/s" of 20,000 keys with values of a realistic
+  /// length on 1 KiB nodes, for the cache-fill tests: its file system and
+  /// its key count.
+  static func closedStoreOfTwentyThousandKeys() throws -> (MemoryFileSystem, Int) {
     let fs = MemoryFileSystem()
     let n = 20_000
-    var db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+    let db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
     try db.write { tx in
       for i in 0..<n { try tx.put(key(i), b("value \(i) padded to a realistic length"), in: "ks") }
     }
     try db.close()
+    return (fs, n)
+  }
+
+  @Test func aLongScanLeavesTheCacheAloneOrFillsOnlyItsSpareRoomWhenAsked() throws {
+    let (fs, n) = try Self.closedStoreOfTwentyThousandKeys()
+    var db: Database
     func scanAll(_ db: Database, keep: Bool) throws {
       var count = 0
       let scan = try db.snapshot().cursor(in: "ks")
@@ -89,13 +98,8 @@ import Testing
   }
 
   @Test func aLongSeriesOfLookupsThroughOneCursorIsScanResistant() throws {
-    let fs = MemoryFileSystem()
-    let n = 20_000
-    var db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
-    try db.write { tx in
-      for i in 0..<n { try tx.put(key(i), b("value \(i) padded to a realistic length"), in: "ks") }
-    }
-    try db.close()
+    let (fs, n) = try Self.closedStoreOfTwentyThousandKeys()
+    var db: Database
     // Every third key, ascending, through one cursor: every leaf read.
     func lookUpAll(_ db: Database, keep: Bool) throws {
       let c = try db.snapshot().cursor(in: "ks")
@@ -108,10 +112,10 @@ import Testing
       #expect(found == (n + 2) / 3)
     }
     func size(keeping keep: Bool) throws -> Int {
-      db = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
-      try lookUpAll(db, keep: keep)
-      defer { try? db.close() }
-      return db.statistics.cacheBytes
+      let opened = try Database.open(at: "/s", options: memoryOptions(fs, nodeSize: 1024))
+      defer { try? opened.close() }
+      try lookUpAll(opened, keep: keep)
+      return opened.statistics.cacheBytes
     }
     // Not kept: past its first leaves the series adds nothing, and reads
     // them again the next time.

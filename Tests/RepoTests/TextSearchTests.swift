@@ -8,23 +8,25 @@ import Testing
 /// obvious way from Foundation's `localizedStandardContains` and the
 /// foldings, over random text of every kind.
 @Suite struct TextSearchTests {
+  /// Non-overlapping occurrences of `needle` in `haystack`, the obvious way.
+  static func occurrences(_ needle: [UInt8], _ haystack: [UInt8]) -> Int {
+    guard !needle.isEmpty, needle.count <= haystack.count else { return 0 }
+    var (n, i) = (0, 0)
+    while i + needle.count <= haystack.count {
+      if Array(haystack[i..<(i + needle.count)]) == needle {
+        n += 1
+        i += needle.count
+      } else {
+        i += 1
+      }
+    }
+    return n
+  }
+
   /// The documented ranking (``TextSearch``), for `posts` held in memory.
   static func reference(_ query: String, _ posts: [TPost], limit: Int) -> [(id: Int, score: Double)] {
     let words = TextSearch.words(query)
     guard !words.isEmpty, limit > 0 else { return [] }
-    func occurrences(_ needle: [UInt8], _ haystack: [UInt8]) -> Int {
-      guard !needle.isEmpty, needle.count <= haystack.count else { return 0 }
-      var (n, i) = (0, 0)
-      while i + needle.count <= haystack.count {
-        if Array(haystack[i..<(i + needle.count)]) == needle {
-          n += 1
-          i += needle.count
-        } else {
-          i += 1
-        }
-      }
-      return n
-    }
     var found: [(id: Int, tf: [Int], length: Int)] = []
     var df = [Int](repeating: 0, count: words.count)
     for p in posts.sorted(by: { $0.id < $1.id }) {
@@ -56,19 +58,6 @@ import Testing
   /// words, matches at both ends of the haystack.
   @Test func occurrencesCountEveryNonOverlappingMatch() {
     var rng = SplitMix64(seed: testSeed())
-    func obvious(_ needle: [UInt8], _ haystack: [UInt8]) -> Int {
-      guard !needle.isEmpty else { return 0 }
-      var (n, i) = (0, 0)
-      while i + needle.count <= haystack.count {
-        if Array(haystack[i..<(i + needle.count)]) == needle {
-          n += 1
-          i += needle.count
-        } else {
-          i += 1
-        }
-      }
-      return n
-    }
     var matched = 0
     for round in 0..<20_000 {
       let alphabet: [UInt8] = round % 3 == 0 ? Array("ab".utf8) : Array("abc\u{E9}".utf8)
@@ -76,7 +65,7 @@ import Testing
       var haystack = (0..<Int(rng.next() % 70)).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }
       if round % 5 == 0 { haystack += needle }
       if round % 7 == 0 { haystack = needle + haystack }
-      let expected = obvious(needle, haystack)
+      let expected = Self.occurrences(needle, haystack)
       #expect(TextSearch.occurrences(of: needle, in: haystack) == expected, "\(needle) in \(haystack)")
       if expected > 0 { matched += 1 }
     }

@@ -169,9 +169,7 @@ public final class Cursor {
           node = try branch(b.children[i], level: b.level - 1)
         } else {
           leavesLookedUp += 1
-          let scanning = leavesLookedUp > Self.scanLeaves
-          node = try ctx.resolve(
-            b.children[i], level: 0, fill: !scanning ? .always : keepsScannedLeaves ? .ifRoom : .never)
+          node = try ctx.resolve(b.children[i], level: 0, fill: fill(scanning: leavesLookedUp > Self.scanLeaves))
         }
       }
     }
@@ -267,9 +265,13 @@ public final class Cursor {
   /// scanning, a leaf read from the file stays out of the cache, or takes
   /// only spare room (``keepsScannedLeaves``).
   private func load(_ ref: NodeRef, level: Int) throws -> Node {
-    let scanning = level == 0 && leavesStepped >= Self.scanLeaves
-    return try ctx.resolve(ref, level: level, fill: !scanning ? .always : keepsScannedLeaves ? .ifRoom : .never)
+    return try ctx.resolve(ref, level: level, fill: fill(scanning: level == 0 && leavesStepped >= Self.scanLeaves))
   }
+
+  /// How a leaf read from the file enters the cache: as a point read's,
+  /// or, once the cursor is scanning, only into spare room
+  /// (``keepsScannedLeaves``) or not at all.
+  private func fill(scanning: Bool) -> CacheFill { !scanning ? .always : keepsScannedLeaves ? .ifRoom : .never }
 
   private func descend(toRank rank: UInt64) throws {
     path.removeAll(keepingCapacity: true)

@@ -164,15 +164,29 @@ struct TextCandidates {
   @inline(__always)
   func memberRange(_ g: Int) -> Range<Int> { (g == 0 ? 0 : memberEnds[g - 1])..<memberEnds[g] }
 
-  /// The last byte of record `i`'s key.
-  @inline(__always)
-  func member(_ i: Int) -> UInt8 { members[i] }
-
   /// Record `i`'s key (in group `g`).
   func key(_ i: Int, group g: Int) -> [UInt8] {
     var k = withGroup(g) { Array($0) }
     k.append(members[i])
     return k
+  }
+
+  /// Calls `body` with every record's key, ascending (descending when
+  /// `reverse`), each built in one buffer: its group's bytes, then its
+  /// last byte. Stops when `body` returns false.
+  func forEachKey(reverse: Bool = false, _ body: (UnsafeRawBufferPointer) throws -> Bool) rethrows {
+    var key: [UInt8] = []
+    for j in 0..<groupCount {
+      let g = reverse ? groupCount - 1 - j : j
+      key.removeAll(keepingCapacity: true)
+      withGroup(g) { key.append(contentsOf: $0) }
+      key.append(0)
+      let range = memberRange(g)
+      for m in 0..<range.count {
+        key[key.count - 1] = members[reverse ? range.upperBound - 1 - m : range.lowerBound + m]
+        guard try key.withUnsafeBytes(body) else { return }
+      }
+    }
   }
 
   /// Every key, ascending.

@@ -306,9 +306,9 @@ extension ModelAccess {
       // In key order: neighbours sharing a leaf are found without a descent.
       let records = try reader.cursor(in: space.records, range: .all)
       records.keepsScannedLeaves = true
-      for k in candidates.keys() {
-        let exists = try k.withUnsafeBytes { key in try records.visitValue(forKey: key) { try consider(key, $0) } }
-        guard exists else { throw missing(k) }
+      try candidates.forEachKey { key in
+        guard try records.visitValue(forKey: key, { try consider(key, $0) }) else { throw missing(Array(key)) }
+        return true
       }
     }
     let (keyBytes, keyEnds, tfs, lengths) = (tally.keyBytes, tally.keyEnds, tally.tfs, tally.lengths)
