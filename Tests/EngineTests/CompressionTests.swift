@@ -46,8 +46,16 @@ import Testing
       if let stored {
         compressedBlocks += 1
         #expect(stored.count <= input.count - input.count / 16)
-        let back = try Compression.decompress(stored, 0..<stored.count, rawLength: input.count, path: nil, offset: 0)
+        let back = try stored.withUnsafeBytes {
+          try Compression.decompress($0, rawLength: input.count, path: nil, offset: 0)
+        }
         #expect(back == input, "block \(i) of \(input.count) bytes")
+        // Into memory of the caller's (a point read's scratch), the same bytes.
+        var into = [UInt8](repeating: 0, count: input.count)
+        try stored.withUnsafeBytes { s in
+          try into.withUnsafeMutableBytes { try Compression.decompress(s, into: $0, path: nil, offset: 0) }
+        }
+        #expect(into == input, "block \(i) of \(input.count) bytes, into a buffer")
       }
       previous = input
     }

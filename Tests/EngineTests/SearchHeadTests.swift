@@ -104,6 +104,69 @@ import Testing
     }
   }
 
+  /// A point read of a leaf the cache will not keep searches its payload
+  /// where it lies (`NodeCodec.findInLeaf`): the same entry as the decoded
+  /// leaf's search, and on a damaged payload the same error.
+  @Test func searchingALeafInPlaceFindsWhatTheDecodedLeafFinds() throws {
+    var rng = SplitMix64(seed: testSeed())
+    func inPlace(_ payload: [UInt8], _ p: [UInt8]) throws -> LeafSlot? {
+      try payload.withUnsafeBytes { raw in
+        try p.withUnsafeBytes { try NodeCodec.findInLeaf(raw, key: $0, path: "/d", offset: 640) }
+      }
+    }
+    var damagedChecked = 0
+    for count in [0, 1, 2, 7, 64, 300] {
+      for (prefix, keys) in Self.keySets(&rng, count: count) {
+        let plain = LeafNode(owner: 7)
+        for (i, k) in keys.enumerated() {
+          let value: LeafValue =
+            i % 5 == 4 ? .inline([]) : .inline((0..<(i % 9)).map { UInt8(truncatingIfNeeded: $0 &+ i) })
+          plain.insert(k, value, at: i)
+        }
+        let payload = NodeCodec.encodeLeaf(plain, largeRefs: [:])
+        let decoded = try NodeCodec.decodeLeaf(payload, owner: 0, path: "/d", offset: 640)
+        for p in Self.probes(keys, &rng, prefix: prefix) {
+          let (i, found) = decoded.find(p)
+          let slot = try inPlace(payload, p)
+          #expect((slot != nil) == found, "probe \(p) in \(count) keys after \(prefix)")
+          if let slot, found {
+            let value = Array(payload[Int(slot.valueStart)..<Int(slot.valueStart) + Int(slot.valueLength)])
+            #expect(try value == decoded.value(at: i, store: nil), "probe \(p) in \(count) keys")
+          }
+        }
+        // Damage: a byte changed or the payload cut short. Both readings
+        // fail with the same error, or both succeed (a changed key or
+        // value byte) and then agree wherever the keys are still in order.
+        for _ in 0..<(payload.isEmpty ? 0 : 40) {
+          var damaged = payload
+          if rng.next() % 4 == 0 {
+            damaged.removeLast(1 + Int(rng.next() % UInt64(damaged.count)))
+          } else {
+            damaged[Int(rng.next() % UInt64(damaged.count))] ^= UInt8(1 + rng.next() % 255)
+          }
+          let probe = keys.isEmpty ? [] : keys[Int(rng.next() % UInt64(keys.count))]
+          var decodeError: EngineError?
+          var leaf: LeafNode?
+          do { leaf = try NodeCodec.decodeLeaf(damaged, owner: 0, path: "/d", offset: 640) } catch {
+            decodeError = error
+          }
+          var searchError: EngineError?
+          var slot: LeafSlot?
+          do { slot = try inPlace(damaged, probe) } catch { searchError = error as? EngineError }
+          #expect(decodeError?.message == searchError?.message && decodeError?.offset == searchError?.offset)
+          if let decodeError {
+            #expect(decodeError.code == .corrupted && decodeError.offset != nil)
+            damagedChecked += 1
+          }
+          if let leaf, (1..<max(leaf.count, 1)).allSatisfy({ lexLess(leaf.key(at: $0 - 1), leaf.key(at: $0)) }) {
+            #expect((slot != nil) == leaf.find(probe).found)
+          }
+        }
+      }
+    }
+    #expect(damagedChecked > 100)
+  }
+
   @Test func branchSearchWithHeadsMatchesThePlainSearch() {
     var rng = SplitMix64(seed: testSeed())
     for count in [1, 2, 9, 500] {

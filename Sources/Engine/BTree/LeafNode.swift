@@ -295,11 +295,16 @@ final class LeafNode: @unchecked Sendable {
     // Safe: a large entry's 12-byte reference lies in the buffer, checked by
     // NodeCodec.decodeLeaf for a leaf read from a file and written by
     // makeValue for one built in memory.
-    let start = Int(slots[i].valueStart)
+    buffer.withUnsafeBytes { Self.largeRef($0, at: Int(slots[i].valueStart)) }
+  }
+
+  /// The large-value reference whose 12 bytes start at `start` of a leaf's
+  /// bytes (the caller has checked they lie in it).
+  static func largeRef(_ bytes: UnsafeRawBufferPointer, at start: Int) -> DiskRef {
+    let length = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: start + 8, as: UInt32.self))
     return DiskRef(
-      offset: BlockOffset(buffer.unsafeLoad(UInt64.self, at: start)),
-      length: buffer.unsafeLoad(UInt32.self, at: start + 8),
-      subtreeBytes: UInt64(buffer.unsafeLoad(UInt32.self, at: start + 8)))
+      offset: BlockOffset(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: start, as: UInt64.self))),
+      length: length, subtreeBytes: UInt64(length))
   }
 
   // MARK: Writing (owner only)

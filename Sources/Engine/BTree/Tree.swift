@@ -241,8 +241,9 @@ extension TreeRoot {
 
   /// The value stored under `key`, or nil.
   func get(_ key: [UInt8], _ ctx: TreeContext) throws -> [UInt8]? {
-    guard let (leaf, i) = try leaf(for: key, ctx) else { return nil }
-    return try leaf.value(at: i, store: ctx.store)
+    var value: [UInt8]?
+    _ = try key.withUnsafeBytes { k in try withValue(k, ctx) { value = Array($0) } }
+    return value
   }
 
   /// Whether `key` is present; nil when reading the tree failed. For
@@ -257,8 +258,22 @@ extension TreeRoot {
   func withValue(_ key: UnsafeRawBufferPointer, _ ctx: TreeContext, _ body: (UnsafeRawBufferPointer) throws -> Void)
     throws -> Void?
   {
-    guard let (leaf, i) = try leaf(for: key, ctx) else { return nil }
-    return try leaf.withValue(at: i, store: ctx.store, body)
+    guard let root else { return nil }
+    var (ref, level) = pinned?.below(key) ?? (root, height - 1)
+    while true {
+      // A leaf on disk: searched where it is read, if the cache will not
+      // keep it (NodeStore.visitLeafValue).
+      if level == 0, case .disk(let disk) = ref { return try ctx.store.visitLeafValue(disk, key: key, body) }
+      switch try ctx.resolve(ref, level: level) {
+      case .leaf(let leaf):
+        let (i, found) = leaf.find(key)
+        guard found else { return nil }
+        return try leaf.withValue(at: i, store: ctx.store, body)
+      case .branch(let branch):
+        ref = branch.children[branch.childIndex(for: key)]
+        level = branch.level - 1
+      }
+    }
   }
 
   /// Collapses a root branch with one child, repeatedly.

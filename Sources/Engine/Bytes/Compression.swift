@@ -6,51 +6,56 @@ import CLZ4
 /// A payload is stored compressed only when that saves at least 1/16 of it;
 /// FORMAT.md §2 (block flags) says which blocks are.
 enum Compression {
-  /// Decompresses `input[range]`, which must expand to exactly `rawLength` bytes.
-  ///
-  /// - Throws: ``EngineError/Code/corrupted`` when the bytes are not a valid
-  ///   LZ4 block of that length. liblz4's `_safe` decoder never reads or
-  ///   writes outside the buffers, whatever the input.
-  static func decompress(
-    _ input: [UInt8], _ range: Range<Int>, rawLength: Int, path: String?, offset: UInt64
-  ) throws(EngineError) -> [UInt8] {
-    var result: Result<[UInt8], EngineError> = .success([])
-    input.withUnsafeBytes { src in
-      result = Result { () throws(EngineError) in
-        try decompress(UnsafeRawBufferPointer(rebasing: src[range]), rawLength: rawLength, path: path, offset: offset)
-      }
-    }
-    return try result.get()
-  }
-
   /// Decompresses `input`, which must expand to exactly `rawLength` bytes
   /// (an encrypted block's payload, opened into a scratch buffer).
   static func decompress(
     _ input: UnsafeRawBufferPointer, rawLength: Int, path: String?, offset: UInt64
   ) throws(EngineError) -> [UInt8] {
-    guard rawLength >= 0, rawLength <= Limits.maxBlockPayload, input.count < Int(Int32.max) else {
-      throw .corrupted("compressed block claims raw length \(rawLength)", path: path, offset: offset)
-    }
+    try checkLengths(input, rawLength: rawLength, path: path, offset: offset)
     // Not zero-filled first: LZ4 writes every byte it reports (a scan
     // decompresses each leaf it reads, and the fill cost a twentieth of it);
     // the array holds bytes only if it wrote all of them.
-    var produced: Int32 = 0
+    var failure: EngineError?
     // At least one byte of capacity: `unsafeUninitializedCapacity: 0` writes
     // the count into the shared empty-array singleton, which
     // ThreadSanitizer reports as a race between two threads reading.
     let output = [UInt8](unsafeUninitializedCapacity: max(rawLength, 1)) { dst, initialized in
-      produced = LZ4_decompress_safe(
-        input.baseAddress?.assumingMemoryBound(to: CChar.self),
-        dst.baseAddress.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: CChar.self) },
-        Int32(input.count), Int32(rawLength))
-      initialized = produced == Int32(rawLength) ? rawLength : 0
+      do throws(EngineError) {
+        try decompress(
+          input, into: UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(dst)[..<rawLength]),
+          path: path, offset: offset)
+        initialized = rawLength
+      } catch {
+        failure = error
+        initialized = 0
+      }
     }
-    guard produced == Int32(rawLength) else {
+    if let failure { throw failure }
+    return output
+  }
+
+  /// Decompresses `input` into `output`, which it must fill exactly: a
+  /// point read decompresses a leaf it will not keep into scratch memory.
+  static func decompress(
+    _ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer, path: String?, offset: UInt64
+  ) throws(EngineError) {
+    try checkLengths(input, rawLength: output.count, path: path, offset: offset)
+    let produced = LZ4_decompress_safe(
+      input.baseAddress?.assumingMemoryBound(to: CChar.self),
+      output.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(input.count), Int32(output.count))
+    guard produced == Int32(output.count) else {
       throw .corrupted(
-        "LZ4 payload of \(input.count) bytes did not expand to \(rawLength) bytes (got \(produced))",
+        "LZ4 payload of \(input.count) bytes did not expand to \(output.count) bytes (got \(produced))",
         path: path, offset: offset)
     }
-    return output
+  }
+
+  private static func checkLengths(
+    _ input: UnsafeRawBufferPointer, rawLength: Int, path: String?, offset: UInt64
+  ) throws(EngineError) {
+    guard rawLength >= 0, rawLength <= Limits.maxBlockPayload, input.count < Int(Int32.max) else {
+      throw .corrupted("compressed block claims raw length \(rawLength)", path: path, offset: offset)
+    }
   }
 }
 

@@ -27,7 +27,17 @@ final class NodeCache: @unchecked Sendable {
     var used = 0  // live + tombstones
     var bytes = 0
     var hand = 0
+    /// Whether the shard has evicted since it was emptied: it stays full
+    /// from then on, as nothing else frees its bytes.
+    var full = false
+    /// Leaves a point read passed by without keeping, by hash
+    /// (``admits(_:)``); 0 is empty.
+    var door: UnsafeMutablePointer<UInt64>
   }
+
+  /// Entries of each shard's doorkeeper: a leaf missed twice within about
+  /// this many point-read misses of its shard is kept.
+  static let doorSlots = 512
 
   private let locks: [Lock]
   // Safe: allocated in init, freed in deinit, each shard touched only under its lock.
@@ -43,7 +53,9 @@ final class NodeCache: @unchecked Sendable {
     for i in 0..<Self.shardCount {
       let slots = UnsafeMutablePointer<Slot>.allocate(capacity: 64)
       slots.initialize(repeating: Slot(), count: 64)
-      (shards + i).initialize(to: Shard(slots: slots, capacity: 64))
+      let door = UnsafeMutablePointer<UInt64>.allocate(capacity: Self.doorSlots)
+      door.initialize(repeating: 0, count: Self.doorSlots)
+      (shards + i).initialize(to: Shard(slots: slots, capacity: 64, door: door))
     }
     shardBudget = Swift.max(0, capacity / Self.shardCount)
     self.capacity = capacity
@@ -53,6 +65,7 @@ final class NodeCache: @unchecked Sendable {
     for i in 0..<Self.shardCount {
       shards[i].slots.deinitialize(count: shards[i].capacity)
       shards[i].slots.deallocate()
+      shards[i].door.deallocate()
     }
     shards.deinitialize(count: Self.shardCount)
     shards.deallocate()
@@ -93,6 +106,46 @@ final class NodeCache: @unchecked Sendable {
     return slot.pointee.node
   }
 
+  /// What a point read finds for the leaf at `offset`: the node if cached;
+  /// else whether to keep the leaf it reads (`admit`) or to read it in
+  /// place and keep nothing.
+  ///
+  /// The cache keeps every leaf while it has room. Once full, a leaf is
+  /// kept only on its second miss within a short window (a doorkeeper, as
+  /// in TinyLFU): with a working set many times the cache, most leaves a
+  /// random read misses are never read again before they would be evicted,
+  /// and decoding, inserting and evicting them was most of the read's
+  /// cost, while a leaf read again soon still gets in.
+  func lookup(_ offset: BlockOffset) -> Lookup {
+    let k = shardIndex(offset.rawValue)
+    let lock = locks[k]
+    lock.lock()
+    defer { lock.unlock() }
+    let s = shards + k
+    if let i = Self.find(s, offset.rawValue), let node = s.pointee.slots[i].node {
+      let slot = s.pointee.slots + i
+      if !slot.pointee.referenced { slot.pointee.referenced = true }
+      return .hit(node)
+    }
+    if !s.pointee.full { return .admit }
+    let d = s.pointee.door + (Self.hash(offset.rawValue) & (Self.doorSlots - 1))
+    if d.pointee == offset.rawValue {
+      d.pointee = 0
+      return .admit
+    }
+    d.pointee = offset.rawValue
+    return .pass
+  }
+
+  /// What ``lookup(_:)`` found.
+  enum Lookup {
+    case hit(Node)
+    /// Read the node and insert it.
+    case admit
+    /// Read the node without keeping it.
+    case pass
+  }
+
   /// Adds `node` under `offset`. With `evicting` false it is added only
   /// if it fits in what is free: a scan may fill an idle cache but never
   /// pushes out the working set.
@@ -129,6 +182,7 @@ final class NodeCache: @unchecked Sendable {
       }
       s.pointee.bytes -= slot.pointee.cost
       s.pointee.count -= 1
+      s.pointee.full = true
       slot.pointee.node = nil
       slot.pointee.tombstone = true
       return
@@ -162,10 +216,12 @@ final class NodeCache: @unchecked Sendable {
       locks[k].withLock {
         let s = shards + k
         for i in 0..<s.pointee.capacity { s.pointee.slots[i] = Slot() }
+        s.pointee.door.update(repeating: 0, count: Self.doorSlots)
         s.pointee.count = 0
         s.pointee.used = 0
         s.pointee.bytes = 0
         s.pointee.hand = 0
+        s.pointee.full = false
       }
     }
   }

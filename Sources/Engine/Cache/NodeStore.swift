@@ -38,29 +38,117 @@ final class NodeStore: @unchecked Sendable {
     return node
   }
 
-  /// Reads a referenced block whole, refusing lengths no block can have
-  /// (a damaged reference must not make us allocate gigabytes).
-  private func readBlock(_ ref: DiskRef) throws -> [UInt8] {
-    guard Int(ref.length) >= BlockLayout.header, Int(ref.length) <= BlockLayout.header + Limits.maxBlockPayload else {
+  /// Calls `body` with the value stored under `key` in the leaf `ref`
+  /// points at, without copying it; returns nil when the leaf does not hold
+  /// the key. A point read's last step: a leaf the cache will not keep
+  /// (``NodeCache/lookup(_:)``) is searched where it was read, its entry
+  /// table checked as a decoded leaf's is, and no node is built.
+  ///
+  /// - Throws: what ``node(_:fill:)`` throws, and
+  ///   ``EngineError/Code/corrupted`` when the block is not a leaf.
+  func visitLeafValue(
+    _ ref: DiskRef, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Void? {
+    let node: Node
+    switch cache.lookup(ref.offset) {
+    case .hit(let cached):
+      counters.nodeCacheHits.add(1)
+      node = cached
+    case .admit:
+      counters.nodeCacheMisses.add(1)
+      node = try readNode(ref)
+      cache.insert(ref.offset, node)
+    case .pass:
+      counters.nodeCacheMisses.add(1)
+      if cipher == nil, let found = try visitInPlace(ref, key: key, body) { return found ? () : nil }
+      node = try readNode(ref)
+    }
+    guard case .leaf(let leaf) = node else {
       throw EngineError(
-        .corrupted, "a reference gives block length \(ref.length), which no block can have", path: path,
+        .corrupted, "node is at level \(node.level) where its parent expects level 0", path: path,
         offset: ref.offset.rawValue)
     }
+    let (i, found) = leaf.find(key)
+    guard found else { return nil }
+    return try leaf.withValue(at: i, store: self, body)
+  }
+
+  /// ``visitLeafValue(_:key:_:)`` on the block's bytes: whether the leaf
+  /// holds `key` (calling `body` with its value if so), or nil when the
+  /// block is not a leaf (the caller decodes it to say what it is).
+  private func visitInPlace(
+    _ ref: DiskRef, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void
+  ) throws -> Bool? {
+    let offset = ref.offset.rawValue
+    return try withBlock(ref) { bytes -> Bool? in
+      let (h, length, _) = try BlockFraming.check(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+      guard h.kind == .leaf else { return nil }
+      return try BlockFraming.withClearPayload(bytes, header: h, length: length, at: offset, path: path) { payload in
+        guard let s = try NodeCodec.findInLeaf(payload, key: key, path: path, offset: offset) else { return false }
+        switch s.kind {
+        case .inline:
+          // Safe: findInLeaf checked the slot's bounds.
+          try body(payload.bytes(from: Int(s.valueStart), count: Int(s.valueLength)))
+        case .large, .pending:
+          let large = LeafNode.largeRef(payload, at: Int(s.valueStart))
+          try largeValue(large, length: Int(s.valueLength)).withUnsafeBytes(body)
+        }
+        return true
+      }
+    }
+  }
+
+  /// Reads the block `ref` points at into scratch memory and calls `body`
+  /// with the bytes read (fewer than its length only at the end of the
+  /// file), refusing lengths no block can have: a damaged reference must
+  /// not make us allocate gigabytes.
+  private func withBlock<R>(_ ref: DiskRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+    try checkLength(ref)
+    return try Scratch.with(.block, count: Int(ref.length)) { buffer in
+      let read = try file.read(at: ref.offset.rawValue, into: buffer)
+      counters.bytesRead.add(read)
+      return try body(UnsafeRawBufferPointer(rebasing: buffer[..<read]))
+    }
+  }
+
+  /// Reads a referenced block whole into an array of its own (a large
+  /// value, or a sealed block to open).
+  private func readBlock(_ ref: DiskRef) throws -> [UInt8] {
+    try checkLength(ref)
     let bytes = try file.read(at: ref.offset.rawValue, count: Int(ref.length))
     counters.bytesRead.add(bytes.count)
     return bytes
   }
 
+  private func checkLength(_ ref: DiskRef) throws {
+    guard Int(ref.length) >= BlockLayout.header, Int(ref.length) <= BlockLayout.header + Limits.maxBlockPayload else {
+      throw EngineError(
+        .corrupted, "a reference gives block length \(ref.length), which no block can have", path: path,
+        offset: ref.offset.rawValue)
+    }
+  }
+
   /// Reads and decodes a node without the cache.
   func readNode(_ ref: DiskRef) throws -> Node {
     let offset = ref.offset.rawValue
-    let bytes = try readBlock(ref)
-    let block = try BlockFraming.parse(bytes, at: offset, expectedLength: Int(ref.length), path: path, cipher: cipher)
-    switch block.kind {
-    case .leaf: return .leaf(try NodeCodec.decodeLeaf(block.payload, owner: 0, path: path, offset: offset))
-    case .branch: return .branch(try NodeCodec.decodeBranch(block.payload, owner: 0, path: path, offset: offset))
+    let kind: BlockKind
+    let payload: [UInt8]
+    if let cipher {
+      let block = try BlockFraming.parse(
+        try readBlock(ref), at: offset, expectedLength: Int(ref.length), path: path, cipher: cipher)
+      (kind, payload) = (block.kind, block.payload)
+    } else {
+      // The block goes to scratch memory; only its payload is allocated.
+      (kind, payload) = try withBlock(ref) { bytes in
+        let (h, length, _) = try BlockFraming.check(bytes, at: offset, expectedLength: Int(ref.length), path: path)
+        return (h.kind, try BlockFraming.clearPayload(bytes, header: h, length: length, at: offset, path: path))
+      }
+    }
+    switch kind {
+    case .leaf: return .leaf(try NodeCodec.decodeLeaf(payload, owner: 0, path: path, offset: offset))
+    case .branch: return .branch(try NodeCodec.decodeBranch(payload, owner: 0, path: path, offset: offset))
     case .largeValue, .commit, .keyBlock:
-      throw EngineError(.corrupted, "expected a node, found a \(block.kind) block", path: path, offset: offset)
+      throw EngineError(.corrupted, "expected a node, found a \(kind) block", path: path, offset: offset)
     }
   }
 

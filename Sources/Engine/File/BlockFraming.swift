@@ -157,26 +157,46 @@ enum BlockFraming {
     out.append(contentsOf: header.bytes)
   }
 
+  /// A block header's fields (FORMAT.md §2).
+  typealias Header = (kind: BlockKind, compressed: Bool, stored: Int, raw: Int, encrypted: Bool)
+
   /// Parses the header of a block whose first bytes are `bytes[0...]`.
   /// Returns its kind, flags and lengths after checking the fields that do
   /// not need the payload.
-  static func parseHeader(_ bytes: [UInt8], at offset: UInt64, path: String?) throws(EngineError) -> (
-    kind: BlockKind, compressed: Bool, stored: Int, raw: Int, encrypted: Bool
-  ) {
-    var r = ByteReader(bytes, path: path, base: offset, what: "block header", rule: .f2)
-    _ = try r.u64("checksum")
-    let kindByte = try r.u8("kind")
-    let flags = try r.u8("flags")
-    let reserved = try r.u16("reserved")
-    let stored = Int(try r.u32("stored length"))
-    let raw = Int(try r.u32("raw length"))
-    let reserved2 = try r.u32("reserved")
+  static func parseHeader(_ bytes: [UInt8], at offset: UInt64, path: String?) throws(EngineError) -> Header {
+    var result: Result<Header, EngineError>?
+    bytes.withUnsafeBytes { raw in
+      result = Result { () throws(EngineError) in try parseHeader(raw, at: offset, path: path) }
+    }
+    // Safe: the closure above always sets it.
+    return try result!.get()
+  }
+
+  /// ``parseHeader(_:at:path:)`` of bytes in place.
+  static func parseHeader(_ bytes: UnsafeRawBufferPointer, at offset: UInt64, path: String?) throws(EngineError)
+    -> Header
+  {
+    guard bytes.count >= BlockLayout.header else {
+      throw .corrupted(
+        "block header: needs \(BlockLayout.header) bytes but only \(bytes.count) remain", path: path,
+        offset: offset + UInt64(bytes.count), rule: .f2)
+    }
+    func error(_ message: String, at field: Int) -> EngineError {
+      .corrupted("block header: \(message)", path: path, offset: offset + UInt64(field), rule: .f2)
+    }
+    let kindByte = bytes[BlockLayout.kind]
+    let flags = bytes[BlockLayout.flags]
+    let reserved = UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: BlockLayout.reserved, as: UInt16.self))
+    let stored = Int(
+      UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: BlockLayout.storedLength, as: UInt32.self)))
+    let raw = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: BlockLayout.rawLength, as: UInt32.self)))
+    let reserved2 = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: BlockLayout.reserved2, as: UInt32.self))
     guard let kind = BlockKind(rawValue: kindByte) else {
-      throw r.error("unknown block kind \(kindByte)", at: BlockLayout.kind)
+      throw error("unknown block kind \(kindByte)", at: BlockLayout.kind)
     }
     let known = BlockLayout.flagCompressed | BlockLayout.flagEncrypted
     guard flags & ~known == 0, reserved == 0, reserved2 == 0 else {
-      throw r.error("reserved bits set (flags \(flags), reserved \(reserved), \(reserved2))", at: BlockLayout.flags)
+      throw error("reserved bits set (flags \(flags), reserved \(reserved), \(reserved2))", at: BlockLayout.flags)
     }
     let compressed = flags & BlockLayout.flagCompressed != 0
     let encrypted = flags & BlockLayout.flagEncrypted != 0
@@ -186,7 +206,7 @@ enum BlockFraming {
     guard stored <= Limits.maxBlockPayload, raw <= Limits.maxBlockPayload, inner >= minimum,
       compressed || inner == raw
     else {
-      throw r.error("implausible lengths: stored \(stored), raw \(raw)", at: BlockLayout.storedLength)
+      throw error("implausible lengths: stored \(stored), raw \(raw)", at: BlockLayout.storedLength)
     }
     return (kind, compressed, stored, raw, encrypted)
   }
@@ -228,6 +248,51 @@ enum BlockFraming {
   private static func parseChecked(
     _ bytes: [UInt8], at offset: UInt64, expectedLength: Int?, path: String?, cipher: BlockCipher?
   ) throws(EngineError) -> Block {
+    var checked: Result<(Header, Int, UInt64), EngineError>?
+    bytes.withUnsafeBytes { raw in
+      checked = Result { () throws(EngineError) in
+        try check(raw, at: offset, expectedLength: expectedLength, path: path, encrypted: cipher != nil)
+      }
+    }
+    // Safe: the closure above always sets it.
+    let (h, length, expected) = try checked!.get()
+    var payload: [UInt8]
+    switch (cipher, h.encrypted) {
+    case (nil, _):
+      var opened: Result<[UInt8], EngineError>?
+      bytes.withUnsafeBytes { raw in
+        opened = Result { () throws(EngineError) in
+          try clearPayload(raw, header: h, length: length, at: offset, path: path)
+        }
+      }
+      // Safe: the closure above always sets it.
+      payload = try opened!.get()
+    case (.some, false):
+      throw EngineError(
+        .authenticationFailed, "a clear \(h.kind) block in an encrypted store", path: path, offset: offset,
+        rule: .f16)
+    case (.some(let cipher), true):
+      payload = try open(bytes, length: length, header: h, at: offset, path: path, cipher: cipher)
+    }
+    return Block(
+      kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored,
+      checksum: expected)
+  }
+}
+
+extension BlockFraming {
+  /// Checks the block at the start of `bytes`, read from `offset`: its
+  /// header, its length against `expectedLength` (what the parent records)
+  /// and against the bytes present, and its checksum. Returns the header,
+  /// the block's length and its checksum. The payload is not touched:
+  /// callers decompress it into an array of their own (a node) or into
+  /// scratch memory (a point read that keeps nothing).
+  ///
+  /// - Parameter encrypted: whether the store is, which decides the code of
+  ///   a checksum mismatch (F-3 or F-16).
+  static func check(
+    _ bytes: UnsafeRawBufferPointer, at offset: UInt64, expectedLength: Int?, path: String?, encrypted: Bool = false
+  ) throws(EngineError) -> (header: Header, length: Int, checksum: UInt64) {
     guard bytes.count >= BlockLayout.header else {
       throw .corrupted(
         "block is truncated: \(bytes.count) bytes where a header needs \(BlockLayout.header)", path: path,
@@ -244,46 +309,64 @@ enum BlockFraming {
       throw .corrupted(
         "block is truncated: \(bytes.count) of \(length) bytes present", path: path, offset: offset, rule: .f2)
     }
-    var r = ByteReader(bytes, path: path, base: offset, what: "block", rule: .f3)
-    let expected = try r.u64("checksum")
-    let actual = Checksum.xxh3(bytes, BlockLayout.kind..<length, seed: offset)
+    let expected = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: BlockLayout.checksum, as: UInt64.self))
+    let actual = Checksum.xxh3(UnsafeRawBufferPointer(rebasing: bytes[BlockLayout.kind..<length]), seed: offset)
     guard expected == actual else {
       throw EngineError(
-        cipher == nil ? .corrupted : .authenticationFailed,
+        encrypted ? .authenticationFailed : .corrupted,
         "block checksum mismatch (stored \(hex(expected)), computed \(hex(actual)))", path: path, offset: offset,
-        rule: cipher == nil ? .f3 : .f16)
+        rule: encrypted ? .f16 : .f3)
     }
-    var payload: [UInt8]
-    switch (cipher, h.encrypted) {
-    case (nil, false):
-      let stored = BlockLayout.header..<length
-      if h.compressed {
-        do {
-          payload = try Compression.decompress(bytes, stored, rawLength: h.raw, path: path, offset: offset)
-        } catch {
-          throw error.withRule(.f3)
-        }
-      } else if bytes.count == length {
-        payload = Array(bytes[BlockLayout.header...])
-      } else {
-        payload = Array(bytes[stored])
-      }
-    case (nil, true):
-      throw .corrupted("a sealed block in a store that is not encrypted", path: path, offset: offset, rule: .f16)
-    case (.some, false):
-      throw EngineError(
-        .authenticationFailed, "a clear \(h.kind) block in an encrypted store", path: path, offset: offset,
-        rule: .f16)
-    case (.some(let cipher), true):
-      payload = try open(bytes, length: length, header: h, at: offset, path: path, cipher: cipher)
-    }
-    return Block(
-      kind: h.kind, payload: payload, length: length, compressed: h.compressed, storedLength: h.stored,
-      checksum: expected)
+    return (h, length, expected)
   }
 }
 
 extension BlockFraming {
+  /// The payload of the checked block `bytes[0..<length]` of a store in
+  /// clear, decompressed when it was compressed, as an array of its own
+  /// (what a node keeps).
+  static func clearPayload(
+    _ bytes: UnsafeRawBufferPointer, header h: Header, length: Int, at offset: UInt64, path: String?
+  ) throws(EngineError) -> [UInt8] {
+    let stored = try storedPayload(bytes, header: h, length: length, at: offset, path: path)
+    guard h.compressed else { return Array(stored) }
+    do {
+      return try Compression.decompress(stored, rawLength: h.raw, path: path, offset: offset)
+    } catch {
+      throw error.withRule(.f3)
+    }
+  }
+
+  /// Calls `body` with the payload of the checked block `bytes[0..<length]`
+  /// of a store in clear: in place, or decompressed into scratch memory
+  /// valid only inside `body`.
+  static func withClearPayload<R>(
+    _ bytes: UnsafeRawBufferPointer, header h: Header, length: Int, at offset: UInt64, path: String?,
+    _ body: (UnsafeRawBufferPointer) throws -> R
+  ) throws -> R {
+    let stored = try storedPayload(bytes, header: h, length: length, at: offset, path: path)
+    guard h.compressed else { return try body(stored) }
+    return try Scratch.with(.payload, count: h.raw) { payload in
+      do throws(EngineError) {
+        try Compression.decompress(stored, into: payload, path: path, offset: offset)
+      } catch {
+        throw error.withRule(.f3)
+      }
+      return try body(UnsafeRawBufferPointer(payload))
+    }
+  }
+
+  /// The stored payload of a block in a store in clear, refusing a sealed
+  /// one.
+  private static func storedPayload(
+    _ bytes: UnsafeRawBufferPointer, header h: Header, length: Int, at offset: UInt64, path: String?
+  ) throws(EngineError) -> UnsafeRawBufferPointer {
+    guard !h.encrypted else {
+      throw .corrupted("a sealed block in a store that is not encrypted", path: path, offset: offset, rule: .f16)
+    }
+    return UnsafeRawBufferPointer(rebasing: bytes[BlockLayout.header..<length])
+  }
+
   /// The payload of the sealed block `bytes[0..<length]` at `offset`
   /// (FORMAT.md §11.2): opened, then decompressed when it was compressed.
   /// The plaintext of a compressed block goes to a scratch buffer, not an

@@ -66,45 +66,129 @@ enum NodeCodec {
   static func decodeLeaf(_ payload: [UInt8], owner: UInt64, path: String?, offset: UInt64) throws(EngineError)
     -> LeafNode
   {
-    var r = ByteReader(payload, path: path, base: offset, what: "leaf node", rule: .f5)
-    let count = Int(try r.u32("entry count"))
-    guard count <= payload.count / LeafLayout.entrySize else {
-      throw r.error("entry count \(count) cannot fit in \(payload.count) bytes", at: 0)
-    }
     var slots: [LeafSlot] = []
-    slots.reserveCapacity(count)
+    var failure: EngineError?
+    payload.withUnsafeBytes { raw in
+      do throws(EngineError) {
+        let count = try leafEntryCount(raw, path: path, offset: offset)
+        slots.reserveCapacity(count)
+        try forEachLeafEntry(raw, count: count, path: path, offset: offset) { slots.append($0) }
+      } catch {
+        failure = error
+      }
+    }
+    if let failure { throw failure }
+    return LeafNode(owner: owner, buffer: payload, slots: slots, encodedSize: payload.count)
+  }
+
+  /// The entry count of a leaf payload, checked against the room its
+  /// entry table needs.
+  @inline(__always)
+  static func leafEntryCount(_ payload: UnsafeRawBufferPointer, path: String?, offset: UInt64) throws(EngineError)
+    -> Int
+  {
+    guard payload.count >= LeafLayout.header else {
+      throw leafError("entry count needs 4 bytes but only \(payload.count) remain", at: 0, path, offset)
+    }
+    let count = Int(UInt32(littleEndian: payload.loadUnaligned(fromByteOffset: LeafLayout.count, as: UInt32.self)))
+    guard count <= (payload.count - LeafLayout.header) / LeafLayout.entrySize else {
+      throw leafError("entry count \(count) cannot fit in \(payload.count) bytes", at: 0, path, offset)
+    }
+    return count
+  }
+
+  /// Checks every entry of a leaf payload whose table holds `count`
+  /// entries (``leafEntryCount(_:path:offset:)``) and hands each one's slot
+  /// (head unset) to `entry`, in order. The one reading of a leaf's bytes:
+  /// both a decoded leaf and a search in place (``findInLeaf(_:key:path:offset:)``)
+  /// trust the offsets only after this check.
+  @inline(__always)
+  static func forEachLeafEntry(
+    _ payload: UnsafeRawBufferPointer, count: Int, path: String?, offset: UInt64, _ entry: (LeafSlot) -> Void
+  ) throws(EngineError) {
     // Entries' bytes start after the table.
     var cursor = LeafLayout.header + count * LeafLayout.entrySize
+    var at = LeafLayout.header
     for i in 0..<count {
-      let keyLength = try r.u16("key length of entry \(i)")
-      let kindByte = try r.u8("value kind of entry \(i)")
-      let valueLength = try r.u32("value length of entry \(i)")
+      let keyLength = UInt16(littleEndian: payload.loadUnaligned(fromByteOffset: at, as: UInt16.self))
+      let kindByte = payload[at + LeafLayout.entryKind]
+      let valueLength = UInt32(
+        littleEndian: payload.loadUnaligned(fromByteOffset: at + LeafLayout.entryValueLength, as: UInt32.self))
       guard Int(keyLength) <= Limits.maxKeySize else {
-        throw r.error("entry \(i): key length \(keyLength) exceeds \(Limits.maxKeySize)")
+        throw leafError("entry \(i): key length \(keyLength) exceeds \(Limits.maxKeySize)", at: at, path, offset)
       }
       guard Int(valueLength) <= Limits.maxValueSize else {
-        throw r.error("entry \(i): value length \(valueLength) exceeds \(Limits.maxValueSize)")
+        throw leafError(
+          "entry \(i): value length \(valueLength) exceeds \(Limits.maxValueSize)", at: at, path, offset)
       }
       guard let kind = ValueKind(rawValue: kindByte), kind != .pending else {
-        throw r.error("entry \(i): unknown value kind \(kindByte)")
+        throw leafError("entry \(i): unknown value kind \(kindByte)", at: at, path, offset)
       }
+      at += LeafLayout.entrySize
       let keyStart = cursor
       cursor += Int(keyLength)
       let valueStart = cursor
       cursor += kind == .inline ? Int(valueLength) : LeafLayout.largeRefSize
       guard cursor <= payload.count else {
-        throw r.error("entry \(i) ends at byte \(cursor), past the payload's \(payload.count)", at: keyStart)
+        throw leafError(
+          "entry \(i) ends at byte \(cursor), past the payload's \(payload.count)", at: keyStart, path, offset)
       }
-      slots.append(
+      entry(
         LeafSlot(
           head: 0,  // set by the leaf, after its keys' shared prefix
           keyStart: UInt32(keyStart), keyLength: keyLength, kind: kind, valueStart: UInt32(valueStart),
           valueLength: valueLength))
     }
     guard cursor == payload.count else {
-      throw r.error("\(payload.count - cursor) stray bytes after the last entry", at: cursor)
+      throw leafError("\(payload.count - cursor) stray bytes after the last entry", at: cursor, path, offset)
     }
-    return LeafNode(owner: owner, buffer: payload, slots: slots, encodedSize: payload.count)
+  }
+
+  /// Looks `key` up in a leaf payload where it lies, checking the whole
+  /// entry table as ``decodeLeaf(_:owner:path:offset:)`` does but building
+  /// no node: a point read of a leaf the cache will not keep. Returns the
+  /// slot of the entry whose key equals `key`, or nil.
+  static func findInLeaf(
+    _ payload: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, path: String?, offset: UInt64
+  ) throws(EngineError) -> LeafSlot? {
+    let count = try leafEntryCount(payload, path: path, offset: offset)
+    var failure: EngineError?
+    let found = withUnsafeTemporaryAllocation(of: LeafSlot.self, capacity: max(count, 1)) { slots -> LeafSlot? in
+      var n = 0
+      do throws(EngineError) {
+        try forEachLeafEntry(payload, count: count, path: path, offset: offset) { slot in
+          slots.initializeElement(at: n, to: slot)
+          n += 1
+        }
+      } catch {
+        failure = error
+        return nil
+      }
+      // Lower bound: the first key not below `key`.
+      var (lo, hi) = (0, n)
+      while lo < hi {
+        let mid = (lo + hi) >> 1
+        let s = slots[mid]
+        // Safe: the walk above checked every slot's bounds.
+        if compareBytes(payload.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) < 0 {
+          lo = mid + 1
+        } else {
+          hi = mid
+        }
+      }
+      guard lo < n else { return nil }
+      let s = slots[lo]
+      return compareBytes(payload.bytes(from: Int(s.keyStart), count: Int(s.keyLength)), key) == 0 ? s : nil
+    }
+    if let failure { throw failure }
+    return found
+  }
+
+  /// A damaged leaf payload: what is wrong and at which byte of the block.
+  private static func leafError(_ message: String, at position: Int, _ path: String?, _ offset: UInt64)
+    -> EngineError
+  {
+    .corrupted("leaf node: \(message)", path: path, offset: offset + UInt64(position), rule: .f5)
   }
 
   /// Decodes a branch payload read from the block at `offset`.

@@ -167,6 +167,11 @@ public protocol StorageFile: AnyObject, Sendable {
   var path: String { get }
   /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
   func read(at offset: UInt64, count: Int) throws -> [UInt8]
+  /// Reads up to `buffer.count` bytes at `offset` into `buffer` and returns
+  /// how many it read: fewer only at the end of the file. The node store
+  /// reads blocks this way into scratch memory, allocating nothing per read.
+  /// A default implementation copies what ``read(at:count:)`` returns.
+  func read(at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
   /// Writes all of `bytes` at `offset`, extending the file if needed.
   func write(_ bytes: [UInt8], at offset: UInt64) throws
   /// The file's current length in bytes.
@@ -182,6 +187,14 @@ public protocol StorageFile: AnyObject, Sendable {
   func close()
   /// Which file this is (``FileSystem/identity(of:)``).
   func identity() throws -> FileIdentity
+}
+
+extension StorageFile {
+  public func read(at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    let bytes = try read(at: offset, count: buffer.count)
+    bytes.withUnsafeBytes { buffer.copyMemory(from: $0) }
+    return bytes.count
+  }
 }
 
 /// A held advisory lock; released by ``unlock()`` or when deallocated.

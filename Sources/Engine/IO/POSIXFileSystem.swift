@@ -200,14 +200,28 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
   }
 
   func read(at offset: UInt64, count: Int) throws -> [UInt8] {
-    let fd = try checkOpen()
     guard count > 0 else { return [] }
-    var buffer = [UInt8](repeating: 0, count: count)
+    var failure: (any Error)?
+    // Not zero-filled first: the array holds only the bytes pread wrote.
+    let buffer = [UInt8](unsafeUninitializedCapacity: count) { raw, initialized in
+      do {
+        initialized = try read(at: offset, into: UnsafeMutableRawBufferPointer(raw))
+      } catch {
+        failure = error
+        initialized = 0
+      }
+    }
+    if let failure { throw failure }
+    return buffer
+  }
+
+  func read(at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    let fd = try checkOpen()
+    let count = buffer.count
+    guard count > 0, let base = buffer.baseAddress else { return 0 }
     var done = 0
     while done < count {
-      let n = buffer.withUnsafeMutableBytes { raw in
-        pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-      }
+      let n = pread(fd, base + done, count - done, off_t(offset) + off_t(done))
       if n < 0 {
         if errno == EINTR { continue }
         throw posixError("pread of \(count) bytes", path: path)
@@ -215,8 +229,7 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
       if n == 0 { break }
       done += n
     }
-    if done < count { buffer.removeSubrange(done...) }
-    return buffer
+    return done
   }
 
   func write(_ bytes: [UInt8], at offset: UInt64) throws {
