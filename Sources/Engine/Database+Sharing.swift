@@ -159,7 +159,8 @@ extension Database {
     try wal.sync()
     let generation = (shared?.dataGeneration ?? 0) &+ 1
     let store = NodeStore(
-      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher)
+      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher,
+      mapped: options.mapsDataFile)
     let trees = try Recovery.trees(of: plan, store: store, options: options, owner: nextGeneration(), walPath: walPath)
     let version = Version(
       sequence: plan.lastSequence, trees: trees, store: store, checkpoint: plan.checkpoint.info,
@@ -229,7 +230,8 @@ extension Database {
       try fs.open(walPath, options.readOnly ? .readOnly : .readWrite)
     }
     let store = NodeStore(
-      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher)
+      file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: plan.cipher,
+      mapped: options.mapsDataFile)
     let trees = try Recovery.trees(of: plan, store: store, options: options, owner: nextGeneration(), walPath: walPath)
     let version = Version(
       sequence: plan.lastSequence, trees: trees, store: store, checkpoint: plan.checkpoint.info,
@@ -301,7 +303,8 @@ extension Database {
           throw error
         }
         store = NodeStore(
-          file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
+          file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher,
+          mapped: options.mapsDataFile)
       }
       guard
         let found = try? RecoveryPlan.readCommit(

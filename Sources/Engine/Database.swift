@@ -510,6 +510,9 @@ public final class Database: Sendable {
   /// Bytes in the WAL now (including its header).
   public var walSize: UInt64 { current.log.walEnd }
 
+  /// Whether nodes are read through a map of the data file (``Options/mapsDataFile``).
+  var readsMappedDataFile: Bool { current.store.isMapped }
+
   /// How the store's files are used: live and garbage bytes of the data
   /// file as of the last checkpoint, and the WAL's size.
   public var storage: StorageStatistics {

@@ -47,6 +47,15 @@ public struct Options: Sendable {
   public var nodeSize: Int = 4096
   /// Whether nodes and large values are LZ4-compressed when that saves space. Default true.
   public var compression: Bool = true
+  /// Whether the data file is mapped into memory for reading (`mmap`), so
+  /// a node missing from the cache is read where it lies instead of by a
+  /// system call that copies it (as LMDB reads, and SQLite with
+  /// `mmap_size`). Default true. The cost: an I/O error on a mapped page
+  /// stops the process (SIGBUS) instead of failing the read with
+  /// ``EngineError/Code/io``; set false to get the error. Damaged bytes are
+  /// caught either way (every block is checksummed). A file system that
+  /// cannot map files reads as if false.
+  public var mapsDataFile: Bool = true
   /// Open without writing: the files are never changed, and writes throw
   /// ``EngineError/Code/readOnly``. Other processes may write meanwhile;
   /// each snapshot sees their commits. Default false.

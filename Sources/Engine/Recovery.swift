@@ -207,7 +207,8 @@ enum Recovery {
       }
       let counters = Counters()
       let store = NodeStore(
-        file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
+        file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher,
+        mapped: options.mapsDataFile)
       var trees: [String: TreeRoot] = [:]
       for root in found.record.roots {
         var tree = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
@@ -254,7 +255,8 @@ enum Recovery {
         }
         let counters = Counters()
         let store = NodeStore(
-          file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
+          file: data, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher,
+          mapped: options.mapsDataFile)
         let trees = try Recovery.trees(of: plan, store: store, options: options, owner: 1, walPath: walPath)
         // Processes following an earlier state (one its files no longer
         // match) must see the data file as another: its generation moves on.

@@ -8,12 +8,17 @@ final class NodeStore: @unchecked Sendable {
   /// Opens every block when the file is encrypted (FORMAT.md §11).
   let cipher: BlockCipher?
 
-  init(file: any StorageFile, cache: NodeCache, counters: Counters, cipher: BlockCipher?) {
+  /// The data file mapped for reading, when it is (``Options/mapsDataFile``).
+  private let mapping: MappedReads?
+  var isMapped: Bool { mapping != nil }
+
+  init(file: any StorageFile, cache: NodeCache, counters: Counters, cipher: BlockCipher?, mapped: Bool) {
     self.file = file
     self.path = file.path
     self.cache = cache
     self.counters = counters
     self.cipher = cipher
+    mapping = mapped ? MappedReads(file: file) : nil
   }
 
   /// The node in the block `ref` points at.
@@ -104,6 +109,10 @@ final class NodeStore: @unchecked Sendable {
   /// not make us allocate gigabytes.
   private func withBlock<R>(_ ref: DiskRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
     try checkLength(ref)
+    if let mapped = mapping?.bytes(at: ref.offset.rawValue, count: Int(ref.length)) {
+      counters.bytesRead.add(mapped.count)
+      return try body(mapped)
+    }
     return try Scratch.with(.block, count: Int(ref.length)) { buffer in
       let read = try file.read(at: ref.offset.rawValue, into: buffer)
       counters.bytesRead.add(read)
@@ -115,6 +124,10 @@ final class NodeStore: @unchecked Sendable {
   /// value, or a sealed block to open).
   private func readBlock(_ ref: DiskRef) throws -> [UInt8] {
     try checkLength(ref)
+    if let mapped = mapping?.bytes(at: ref.offset.rawValue, count: Int(ref.length)) {
+      counters.bytesRead.add(mapped.count)
+      return Array(mapped)
+    }
     let bytes = try file.read(at: ref.offset.rawValue, count: Int(ref.length))
     counters.bytesRead.add(bytes.count)
     return bytes

@@ -172,6 +172,12 @@ public protocol StorageFile: AnyObject, Sendable {
   /// reads blocks this way into scratch memory, allocating nothing per read.
   /// A default implementation copies what ``read(at:count:)`` returns.
   func read(at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+  /// Maps the file's first `length` bytes for reading (the file may be
+  /// shorter: only bytes it holds may be touched), or returns nil when this
+  /// file cannot be mapped. The node store reads blocks of the data file
+  /// where they lie in the map, with no system call or copy. A default
+  /// implementation returns nil.
+  func mapForReading(length: Int) -> (any ReadMapping)?
   /// Writes all of `bytes` at `offset`, extending the file if needed.
   func write(_ bytes: [UInt8], at offset: UInt64) throws
   /// The file's current length in bytes.
@@ -195,6 +201,16 @@ extension StorageFile {
     bytes.withUnsafeBytes { buffer.copyMemory(from: $0) }
     return bytes.count
   }
+
+  public func mapForReading(length: Int) -> (any ReadMapping)? { nil }
+}
+
+/// A read-only map of a file (``StorageFile/mapForReading(length:)``),
+/// unmapped when released. Touching a byte past the file's end is a fault
+/// (SIGBUS), so its users touch only bytes they know the file holds.
+public protocol ReadMapping: AnyObject, Sendable {
+  /// The mapped range: the file's bytes from offset 0.
+  var bytes: UnsafeRawBufferPointer { get }
 }
 
 /// A held advisory lock; released by ``unlock()`` or when deallocated.

@@ -232,6 +232,17 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
     return done
   }
 
+  func mapForReading(length: Int) -> (any ReadMapping)? {
+    guard length > 0, let fd = try? checkOpen() else { return nil }
+    let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0)
+    guard let base, base != MAP_FAILED else { return nil }
+    // Reads go where keys lead, not along the file: no read-ahead around a
+    // faulted page (a read that goes to the disk reads its block, not the
+    // megabytes about it).
+    _ = madvise(base, length, MADV_RANDOM)
+    return POSIXReadMapping(base: base, length: length)
+  }
+
   func write(_ bytes: [UInt8], at offset: UInt64) throws {
     let fd = try checkOpen()
     var done = 0
@@ -286,6 +297,22 @@ final class POSIXFile: StorageFile, @unchecked Sendable {
     }
     if old >= 0 { _ = Glibc_close(old) }
   }
+}
+
+/// A read-only `mmap` of a file, unmapped on release.
+final class POSIXReadMapping: ReadMapping, @unchecked Sendable {
+  // Safe: the mapping is read-only and lives as long as this object.
+  private let base: UnsafeMutableRawPointer
+  private let length: Int
+
+  init(base: UnsafeMutableRawPointer, length: Int) {
+    self.base = base
+    self.length = length
+  }
+
+  deinit { munmap(base, length) }
+
+  var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: length) }
 }
 
 final class POSIXFileLock: FileLock, @unchecked Sendable {

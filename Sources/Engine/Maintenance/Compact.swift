@@ -108,7 +108,8 @@ extension Database {
     }
     let file = try fs.open(tempPath, .create)
     let newStore = NodeStore(
-      file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher)
+      file: file, cache: NodeCache(capacity: options.cacheSize), counters: counters, cipher: cipher,
+      mapped: options.mapsDataFile)
     var installed = false
     defer {
       if !installed {

@@ -362,7 +362,9 @@ public final class StoreInspector {
 
     // F-5 to F-13: every tree of the last checkpoint.
     progress?("trees", 0)
-    let store = NodeStore(file: data, cache: NodeCache(capacity: 16 << 20), counters: Counters(), cipher: cipher)
+    // Read with pread: a failing disk is an error to report, not a fault.
+    let store = NodeStore(
+      file: data, cache: NodeCache(capacity: 16 << 20), counters: Counters(), cipher: cipher, mapped: false)
     var trees: [String: TreeRoot] = [:]
     for root in latest.record.roots {
       trees[root.name] = TreeRoot(root: root.root.map { .disk($0) }, count: root.count, height: root.height)
