@@ -322,6 +322,7 @@ struct CheckpointWriter {
   mutating func flush() throws {
     guard !buffer.isEmpty else { return }
     try target.file.write(buffer, at: bufferStart)
+    target.noteWritten(at: bufferStart, count: buffer.count)
     counters.dataBytesWritten.add(buffer.count)
     bufferStart += UInt64(buffer.count)
     buffer.removeAll(keepingCapacity: true)

@@ -295,7 +295,7 @@ public final class Database: Sendable {
     }
     wal.close()
     follower.withLock { $0.wal.close() }
-    hold.state.store.file.close()
+    hold.state.store.close()
     let slot = handleSlot.exchange(-1, ordering: .acquiringAndReleasing)
     if slot >= 0 { coordination?.unregisterHandle(slot) }
     coordination?.close()

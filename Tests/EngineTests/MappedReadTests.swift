@@ -37,6 +37,21 @@ import Testing
     // A block written over in place reads as written (the map is shared).
     try file.write(block(99), at: UInt64(5 * page))
     #expect(reads.bytes(at: UInt64(5 * page), count: page).map(Array.init) == block(99))
+    // Pages are read through the map only once pread has read them: a
+    // block across two pages needs both.
+    #expect(reads.bytesOnReadPages(at: UInt64(page - 100), count: 200) == nil)
+    reads.markRead(at: UInt64(page - 100), count: 50)
+    #expect(reads.bytesOnReadPages(at: UInt64(page - 100), count: 200) == nil)
+    reads.markRead(at: UInt64(page + 10), count: 1)
+    let across = try #require(reads.bytesOnReadPages(at: UInt64(page - 100), count: 200))
+    #expect(Array(across) == Array(block(0).suffix(100) + block(1).prefix(100)))
+    #expect(reads.bytesOnReadPages(at: UInt64(2 * page), count: 1) == nil)
+    // Closed: nothing more is handed out, and bytes handed out before stay
+    // readable (a read in flight on another thread) but read as zeros.
+    reads.close()
+    #expect(reads.bytes(at: 0, count: page) == nil)
+    #expect(first.allSatisfy { $0 == 0 })
+    #expect(try file.read(at: 0, count: page) == block(0), "the file itself is untouched")
   }
 
   /// A store read through a map and the same store read with `pread`:

@@ -38,6 +38,10 @@ static inline void cairn_add_relaxed(void *p, uint64_t v) {
   __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
 }
 
+static inline void cairn_or_relaxed(void *p, uint64_t v) {
+  __atomic_fetch_or((uint64_t *)p, v, __ATOMIC_RELAXED);
+}
+
 /// A small number fixed for the calling thread: 1 for the first thread
 /// that asks, 2 for the next, and so on (wrapping). Counters many readers
 /// add to pick their stripe by it, so two threads rarely share a line.

@@ -109,13 +109,19 @@ final class NodeStore: @unchecked Sendable {
   /// not make us allocate gigabytes.
   private func withBlock<R>(_ ref: DiskRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
     try checkLength(ref)
-    if let mapped = mapping?.bytes(at: ref.offset.rawValue, count: Int(ref.length)) {
+    if let mapping, let mapped = mapping.bytesOnReadPages(at: ref.offset.rawValue, count: Int(ref.length)) {
       counters.bytesRead.add(mapped.count)
-      return try body(mapped)
+      do {
+        return try body(mapped)
+      } catch let error as EngineError where error.code == .corrupted && mapping.isClosed {
+        // The store closed under this read and its map now reads as zeros.
+        throw EngineError(.closed, "the store was closed during the read", path: path)
+      }
     }
     return try Scratch.with(.block, count: Int(ref.length)) { buffer in
       let read = try file.read(at: ref.offset.rawValue, into: buffer)
       counters.bytesRead.add(read)
+      mapping?.markRead(at: ref.offset.rawValue, count: read)
       return try body(UnsafeRawBufferPointer(rebasing: buffer[..<read]))
     }
   }
@@ -124,12 +130,13 @@ final class NodeStore: @unchecked Sendable {
   /// value, or a sealed block to open).
   private func readBlock(_ ref: DiskRef) throws -> [UInt8] {
     try checkLength(ref)
-    if let mapped = mapping?.bytes(at: ref.offset.rawValue, count: Int(ref.length)) {
+    if let mapped = mapping?.bytesOnReadPages(at: ref.offset.rawValue, count: Int(ref.length)) {
       counters.bytesRead.add(mapped.count)
       return Array(mapped)
     }
     let bytes = try file.read(at: ref.offset.rawValue, count: Int(ref.length))
     counters.bytesRead.add(bytes.count)
+    mapping?.markRead(at: ref.offset.rawValue, count: bytes.count)
     return bytes
   }
 
@@ -139,6 +146,17 @@ final class NodeStore: @unchecked Sendable {
         .corrupted, "a reference gives block length \(ref.length), which no block can have", path: path,
         offset: ref.offset.rawValue)
     }
+  }
+
+  /// Notes bytes a checkpoint wrote: their pages are in the page cache
+  /// (just written), so reads of them may go through the map.
+  func noteWritten(at offset: UInt64, count: Int) { mapping?.markRead(at: offset, count: count) }
+
+  /// Closes the data file and lets go of its map: reads from now on
+  /// fail with ``EngineError/Code/closed``.
+  func close() {
+    mapping?.close()
+    file.close()
   }
 
   /// Reads and decodes a node without the cache.

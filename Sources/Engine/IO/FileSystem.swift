@@ -211,6 +211,11 @@ extension StorageFile {
 public protocol ReadMapping: AnyObject, Sendable {
   /// The mapped range: the file's bytes from offset 0.
   var bytes: UnsafeRawBufferPointer { get }
+  /// Lets go of the file's pages while keeping the range readable: from
+  /// now on it reads as zeros. A store being closed does this, so a read
+  /// still in flight on another thread cannot fault, and the file's pages
+  /// are no longer held by a handle someone keeps after closing it.
+  func retire()
 }
 
 /// A held advisory lock; released by ``unlock()`` or when deallocated.

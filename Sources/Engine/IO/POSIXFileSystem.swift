@@ -313,6 +313,12 @@ final class POSIXReadMapping: ReadMapping, @unchecked Sendable {
   deinit { munmap(base, length) }
 
   var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: length) }
+
+  func retire() {
+    // Anonymous zero pages in the same place, in one step: there is no
+    // moment at which the range is unmapped.
+    _ = mmap(base, length, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+  }
 }
 
 final class POSIXFileLock: FileLock, @unchecked Sendable {
