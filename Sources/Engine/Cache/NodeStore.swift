@@ -29,17 +29,28 @@ final class NodeStore: @unchecked Sendable {
   ///
   /// `fill` says whether a node read from the file enters the cache.
   func node(_ ref: DiskRef, fill: CacheFill = .always) throws -> Node {
+    if fill == .always {
+      switch cache.lookup(ref.offset) {
+      case .hit(let node):
+        counters.nodeCacheHits.add(1)
+        return node
+      case .admit:
+        counters.nodeCacheMisses.add(1)
+        let node = try readNode(ref)
+        cache.insert(ref.offset, node)
+        return node
+      case .pass:
+        counters.nodeCacheMisses.add(1)
+        return try readNode(ref)
+      }
+    }
     if let node = cache.get(ref.offset) {
       counters.nodeCacheHits.add(1)
       return node
     }
     counters.nodeCacheMisses.add(1)
     let node = try readNode(ref)
-    switch fill {
-    case .always: cache.insert(ref.offset, node)
-    case .ifRoom: cache.insert(ref.offset, node, evicting: false)
-    case .never: break
-    }
+    if fill == .ifRoom { cache.insert(ref.offset, node, evicting: false) }
     return node
   }
 
@@ -199,7 +210,9 @@ final class NodeStore: @unchecked Sendable {
 
 /// Whether a node read from the file enters the node cache.
 enum CacheFill {
-  /// Yes, evicting others if the cache is full (point reads, descents).
+  /// Yes while the cache has room; once it is full, on the node's second
+  /// miss within a short window, evicting others (point reads, descents,
+  /// a cursor's first leaves: ``NodeCache/lookup(_:)``).
   case always
   /// Only into room the cache has to spare, evicting nothing (the leaves
   /// of a long scan that asked to keep them).
