@@ -29,21 +29,7 @@ final class NodeStore: @unchecked Sendable {
   ///
   /// `fill` says whether a node read from the file enters the cache.
   func node(_ ref: DiskRef, fill: CacheFill = .always) throws -> Node {
-    if fill == .always {
-      switch cache.lookup(ref.offset) {
-      case .hit(let node):
-        counters.nodeCacheHits.add(1)
-        return node
-      case .admit:
-        counters.nodeCacheMisses.add(1)
-        let node = try readNode(ref)
-        cache.insert(ref.offset, node)
-        return node
-      case .pass:
-        counters.nodeCacheMisses.add(1)
-        return try readNode(ref)
-      }
-    }
+    if fill == .always { return try node(ref, cache.lookup(ref.offset)) }
     if let node = cache.get(ref.offset) {
       counters.nodeCacheHits.add(1)
       return node
@@ -65,20 +51,12 @@ final class NodeStore: @unchecked Sendable {
   func visitLeafValue(
     _ ref: DiskRef, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void
   ) throws -> Void? {
-    let node: Node
-    switch cache.lookup(ref.offset) {
-    case .hit(let cached):
-      counters.nodeCacheHits.add(1)
-      node = cached
-    case .admit:
+    let lookup = cache.lookup(ref.offset)
+    if case .pass = lookup, cipher == nil, let found = try visitInPlace(ref, key: key, body) {
       counters.nodeCacheMisses.add(1)
-      node = try readNode(ref)
-      cache.insert(ref.offset, node)
-    case .pass:
-      counters.nodeCacheMisses.add(1)
-      if cipher == nil, let found = try visitInPlace(ref, key: key, body) { return found ? () : nil }
-      node = try readNode(ref)
+      return found ? () : nil
     }
+    let node = try node(ref, lookup)
     guard case .leaf(let leaf) = node else {
       throw EngineError(
         .corrupted, "node is at level \(node.level) where its parent expects level 0", path: path,
@@ -87,6 +65,24 @@ final class NodeStore: @unchecked Sendable {
     let (i, found) = leaf.find(key)
     guard found else { return nil }
     return try leaf.withValue(at: i, store: self, body)
+  }
+
+  /// The node `ref` points at, as `lookup` (the cache's answer for it)
+  /// says: the cached node, or the node read and inserted, or read only.
+  private func node(_ ref: DiskRef, _ lookup: NodeCache.Lookup) throws -> Node {
+    switch lookup {
+    case .hit(let node):
+      counters.nodeCacheHits.add(1)
+      return node
+    case .admit:
+      counters.nodeCacheMisses.add(1)
+      let node = try readNode(ref)
+      cache.insert(ref.offset, node)
+      return node
+    case .pass:
+      counters.nodeCacheMisses.add(1)
+      return try readNode(ref)
+    }
   }
 
   /// ``visitLeafValue(_:key:_:)`` on the block's bytes: whether the leaf
